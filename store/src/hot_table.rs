@@ -1,0 +1,280 @@
+//! A table's hot tier at run time: its logs, the append path that routes rows to them,
+//! scans, tails and retention.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_array::UInt32Array;
+use futures::future::join_all;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::bucket::{LogId, buckets_of, day_of_micros};
+use crate::error::{Result, StoreError};
+use crate::log::{Log, LogOptions};
+use crate::metrics::StoreMetrics;
+use crate::scan::{HotScan, ScanRequest, Tail};
+use crate::segment::EncodedFrame;
+use crate::table::{TableDef, TableKind};
+use crate::validate::{normalize, time_values};
+
+/// What one append wrote: rows, and the offsets they got in each log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AppendResult {
+    pub rows: u64,
+    pub parts: Vec<AppendedPart>,
+}
+
+/// The rows an append wrote into one log, as an offset range `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppendedPart {
+    /// `YYYY-MM-DD`, or `none` for tables without time partitions.
+    pub partition: String,
+    pub bucket: u32,
+    #[serde(skip)]
+    pub log: LogId,
+    pub start_offset: u64,
+    pub end_offset: u64,
+}
+
+/// What retention removed from a table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RetentionReport {
+    pub segments_deleted: usize,
+    pub bytes_freed: u64,
+}
+
+/// The hot tier of one table.
+#[derive(Debug)]
+pub struct HotTable {
+    def: Arc<TableDef>,
+    dir: PathBuf,
+    logs: RwLock<BTreeMap<LogId, Arc<Log>>>,
+    options: LogOptions,
+    metrics: Arc<StoreMetrics>,
+    commits: Arc<watch::Sender<u64>>,
+    create_log: tokio::sync::Mutex<()>,
+}
+
+impl HotTable {
+    pub(crate) fn open(
+        def: TableDef,
+        dir: PathBuf,
+        options: LogOptions,
+        metrics: Arc<StoreMetrics>,
+    ) -> Result<Arc<Self>> {
+        check_supported(&def)?;
+        let (commits, _) = watch::channel(0);
+        let commits = Arc::new(commits);
+        let mut logs = BTreeMap::new();
+        for day_entry in std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
+            let day_entry = day_entry.map_err(|e| StoreError::io(&dir, e))?;
+            if !day_entry.path().is_dir() {
+                continue;
+            }
+            let day_dir = day_entry.file_name().to_string_lossy().into_owned();
+            for bucket_entry in
+                std::fs::read_dir(day_entry.path()).map_err(|e| StoreError::io(day_entry.path(), e))?
+            {
+                let bucket_entry = bucket_entry.map_err(|e| StoreError::io(day_entry.path(), e))?;
+                let bucket_dir = bucket_entry.file_name().to_string_lossy().into_owned();
+                let Some(id) = LogId::parse_dirs(&day_dir, &bucket_dir) else {
+                    tracing::warn!(path = %bucket_entry.path().display(), "ignoring unknown directory");
+                    continue;
+                };
+                let log = Log::open(
+                    id,
+                    bucket_entry.path(),
+                    options.clone(),
+                    Arc::clone(&metrics),
+                    Arc::clone(&commits),
+                )?;
+                logs.insert(id, log);
+            }
+        }
+        Ok(Arc::new(Self {
+            def: Arc::new(def),
+            dir,
+            logs: RwLock::new(logs),
+            options,
+            metrics,
+            commits,
+            create_log: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
+    }
+
+    /// Validates `batch`, routes each row to its (day, bucket) log, and returns once every
+    /// part is durable. A batch that fails validation writes nothing.
+    ///
+    /// Each log commits its part independently: if an append fails after some parts were
+    /// committed, those rows stay (the caller saw an error and may retry, so delivery of
+    /// failed appends is at-least-once).
+    pub async fn append(&self, batch: &RecordBatch) -> Result<AppendResult> {
+        let batch = normalize(&self.def, batch).inspect_err(|_| self.metrics.record_rejected())?;
+        if batch.num_rows() == 0 {
+            return Ok(AppendResult::default());
+        }
+        let times = time_values(&self.def, &batch);
+        let buckets = buckets_of(batch.column(self.def.bucket_index()), self.def.buckets())?;
+        let mut groups: BTreeMap<LogId, Vec<u32>> = BTreeMap::new();
+        for (row, (ts, bucket)) in times.values().iter().zip(&buckets).enumerate() {
+            let id = LogId {
+                day: Some(day_of_micros(*ts)),
+                bucket: *bucket,
+            };
+            groups.entry(id).or_default().push(row as u32);
+        }
+        let mut work = Vec::with_capacity(groups.len());
+        for (id, rows) in groups {
+            let part = if rows.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                arrow_select::take::take_record_batch(&batch, &UInt32Array::from(rows))?
+            };
+            let ts = time_values(&self.def, &part).values();
+            let (min, max) = ts
+                .iter()
+                .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let frame = EncodedFrame::encode(&part, min, max)?;
+            work.push((self.log_for(id).await?, frame));
+        }
+        let results = join_all(work.into_iter().map(|(log, frame)| async move {
+            let id = log.id();
+            log.append(frame).await.map(|r| (id, r))
+        }))
+        .await;
+        let mut out = AppendResult {
+            rows: batch.num_rows() as u64,
+            parts: Vec::with_capacity(results.len()),
+        };
+        for r in results {
+            let (log, range): (LogId, Range<u64>) = r?;
+            out.parts.push(AppendedPart {
+                partition: log.partition(),
+                bucket: log.bucket,
+                log,
+                start_offset: range.start,
+                end_offset: range.end,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn log_for(&self, id: LogId) -> Result<Arc<Log>> {
+        if let Some(log) = self.log(id) {
+            return Ok(log);
+        }
+        let _guard = self.create_log.lock().await;
+        if let Some(log) = self.log(id) {
+            return Ok(log);
+        }
+        let log = Log::open(
+            id,
+            self.dir.join(id.dir_name()),
+            self.options.clone(),
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.commits),
+        )?;
+        self.logs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::clone(&log));
+        Ok(log)
+    }
+
+    /// The log of one (partition, bucket), if it exists.
+    pub fn log(&self, id: LogId) -> Option<Arc<Log>> {
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Every log of the table, in (day, bucket) order.
+    pub fn logs(&self) -> Vec<Arc<Log>> {
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The durable end offset of every log.
+    pub fn end_offsets(&self) -> HashMap<LogId, u64> {
+        self.logs().iter().map(|l| (l.id(), l.end_offset())).collect()
+    }
+
+    /// Changes after every group commit in any log of the table, including the first
+    /// commit of a new log.
+    pub fn watch_commits(&self) -> watch::Receiver<u64> {
+        self.commits.subscribe()
+    }
+
+    /// Plans a scan. Reading happens as the returned iterator is consumed; it does
+    /// blocking file I/O, so async callers drive it from a blocking task.
+    pub fn scan(&self, request: &ScanRequest) -> Result<HotScan> {
+        HotScan::plan(self, request)
+    }
+
+    /// Follows one log from `from_offset`, waking on each commit.
+    pub fn tail(self: &Arc<Self>, log: LogId, from_offset: u64, columns: Option<Vec<String>>) -> Result<Tail> {
+        Tail::new(Arc::clone(self), log, from_offset, columns)
+    }
+
+    /// Deletes the segments committed before `now - hot_retention` that lie wholly below
+    /// the tiered watermark of their log (`watermarks` holds the first untiered offset of
+    /// each log; a log without an entry has nothing tiered). With tiering off, the
+    /// watermark is not consulted.
+    pub async fn apply_retention(
+        &self,
+        now_micros: i64,
+        watermarks: &HashMap<LogId, u64>,
+    ) -> Result<RetentionReport> {
+        let cutoff = now_micros.saturating_sub(micros(self.def.hot_retention()));
+        let mut report = RetentionReport::default();
+        for log in self.logs() {
+            let gate = if self.def.tiering().enabled {
+                Some(watermarks.get(&log.id()).copied().unwrap_or(0))
+            } else {
+                None
+            };
+            let (segments, bytes) = log.retain(cutoff, gate).await?;
+            report.segments_deleted += segments;
+            report.bytes_freed += bytes;
+        }
+        Ok(report)
+    }
+
+    /// Stops every log's writer after its queued appends are durable.
+    pub(crate) async fn close(&self) {
+        for log in self.logs() {
+            log.close().await;
+        }
+    }
+}
+
+/// Refuses definitions the hot tier cannot serve yet, before anything is persisted.
+pub(crate) fn check_supported(def: &TableDef) -> Result<()> {
+    if let TableKind::PrimaryKey { .. } = def.kind() {
+        return Err(StoreError::InvalidDefinition(format!(
+            "{}: primary-key tables are not supported yet; omit primary_key for a log table",
+            def.name()
+        )));
+    }
+    Ok(())
+}
+
+/// A duration in microseconds, saturating.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,34 @@
+//! hotgate-store: the hot tier. Iceberg-aligned, group-committed logs of Arrow IPC
+//! frames, one per (day partition, bucket) of each table.
+//!
+//! Owns: table definitions ([`TableDef`]), routing rows to Iceberg-aligned logs
+//! ([`bucket`]), the segment format and its recovery, durable appends with group commit,
+//! projected and time-pruned scans, tails, and hot retention.
+//! Must not touch: the network, policy decisions, or Iceberg. Other crates reach the hot
+//! tier only through [`Store`] and [`HotTable`].
+//!
+//! ```text
+//! Store ── HotTable (one per table, from TableDef)
+//!            └── Log (one per day × bucket) ── writer task (group commit)
+//!                  └── segments: framed Arrow IPC, in-memory frame index
+//! ```
+
+pub mod bucket;
+mod error;
+mod hot_table;
+mod log;
+mod metrics;
+mod scan;
+mod segment;
+mod store;
+pub mod table;
+mod validate;
+
+pub use bucket::LogId;
+pub use error::{ErrorKind, Result, StoreError};
+pub use hot_table::{AppendResult, AppendedPart, HotTable, RetentionReport};
+pub use log::{Log, LogOptions};
+pub use metrics::{MetricsSnapshot, StoreMetrics};
+pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};
+pub use store::{Store, StoreOptions};
+pub use table::{ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, WriteRule};

@@ -1,0 +1,582 @@
+//! One hot log: the segments of a (day partition, bucket), its group-committing writer
+//! task, and the durable end offset that readers and subscribers follow.
+//!
+//! Durability: a single writer task per log drains every append queued since its last
+//! flush, writes them with one `pwrite` and one `fdatasync`, and only then publishes the
+//! frames to readers and acknowledges each appender (group commit). Readers therefore
+//! never see bytes that a crash could take back.
+
+use std::fs::{self, File, OpenOptions};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::bucket::LogId;
+use crate::error::{Result, StoreError};
+use crate::metrics::StoreMetrics;
+use crate::segment::{
+    EncodedFrame, FrameMeta, parse_segment_file_name, scan_segment, segment_path,
+};
+
+/// Queue depth per log before appenders wait (backpressure).
+const QUEUE_DEPTH: usize = 4096;
+
+/// Tuning of the logs; the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// A segment is rolled once it reaches this size.
+    pub segment_bytes: u64,
+    /// Upper bound of the bytes one group commit writes.
+    pub max_group_bytes: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 * 1024 * 1024,
+            max_group_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// A segment as readers see it: its durable frames and their bounds.
+#[derive(Debug)]
+pub(crate) struct SegmentEntry {
+    pub base_offset: u64,
+    pub path: PathBuf,
+    pub file: Arc<File>,
+    pub frames: Vec<FrameMeta>,
+    pub size: u64,
+    pub max_commit_ts: i64,
+    pub min_event_ts: i64,
+    pub max_event_ts: i64,
+}
+
+impl SegmentEntry {
+    fn new(base_offset: u64, path: PathBuf, file: File) -> Self {
+        Self {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            frames: Vec::new(),
+            size: 0,
+            max_commit_ts: i64::MIN,
+            min_event_ts: i64::MAX,
+            max_event_ts: i64::MIN,
+        }
+    }
+
+    fn push(&mut self, meta: FrameMeta) {
+        self.size = meta.position + meta.frame_len();
+        self.max_commit_ts = self.max_commit_ts.max(meta.commit_ts);
+        self.min_event_ts = self.min_event_ts.min(meta.min_event_ts);
+        self.max_event_ts = self.max_event_ts.max(meta.max_event_ts);
+        self.frames.push(meta);
+    }
+
+    pub fn end_offset(&self) -> u64 {
+        self.frames
+            .last()
+            .map_or(self.base_offset, FrameMeta::end_offset)
+    }
+}
+
+/// A frame chosen by a read plan, with the offsets of the rows wanted from it.
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedFrame {
+    pub log: LogId,
+    pub path: PathBuf,
+    pub file: Arc<File>,
+    pub meta: FrameMeta,
+    pub rows: Range<u64>,
+}
+
+enum WriterMsg {
+    Append(EncodedFrame, oneshot::Sender<Result<Range<u64>>>),
+    Roll(oneshot::Sender<Result<()>>),
+}
+
+/// The state only the writer task touches.
+struct ActiveSegment {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    next_offset: u64,
+}
+
+/// One (partition, bucket) log.
+#[derive(Debug)]
+pub struct Log {
+    id: LogId,
+    dir: PathBuf,
+    segments: RwLock<Vec<SegmentEntry>>,
+    end: watch::Sender<u64>,
+    tx: Mutex<Option<mpsc::Sender<WriterMsg>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for WriterMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriterMsg::Append(..) => "Append",
+            WriterMsg::Roll(..) => "Roll",
+        })
+    }
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, e))
+}
+
+/// Creates `dir` and every missing parent, syncing each parent so the new entries
+/// survive a crash.
+pub(crate) fn create_dir_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(StoreError::io(dir, e)),
+    }
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+fn open_segment_files(path: &Path, create: bool) -> Result<(File, File)> {
+    let writer = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| StoreError::io(path, e))?;
+    let reader = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    Ok((writer, reader))
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering the active segment's tail, and
+    /// starts its writer task.
+    pub(crate) fn open(
+        id: LogId,
+        dir: PathBuf,
+        options: LogOptions,
+        metrics: Arc<StoreMetrics>,
+        on_commit: Arc<watch::Sender<u64>>,
+    ) -> Result<Arc<Self>> {
+        create_dir_durable(&dir)?;
+        let mut bases: Vec<u64> = fs::read_dir(&dir)
+            .map_err(|e| StoreError::io(&dir, e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| parse_segment_file_name(&e.file_name().to_string_lossy()))
+            .collect();
+        bases.sort_unstable();
+
+        let mut segments: Vec<SegmentEntry> = Vec::new();
+        let mut active: Option<ActiveSegment> = None;
+        let mut roll_after_recovery = false;
+        for (i, base) in bases.iter().copied().enumerate() {
+            let path = segment_path(&dir, base);
+            let last = i + 1 == bases.len();
+            if let Some(prev) = segments.last() {
+                if prev.end_offset() != base {
+                    return Err(StoreError::corrupt(
+                        &path,
+                        format!(
+                            "segment starts at offset {base} but the previous one ends at {}",
+                            prev.end_offset()
+                        ),
+                    ));
+                }
+            }
+            let (writer, reader) = open_segment_files(&path, false)?;
+            let scanned = scan_segment(&reader, &path, base, last)?;
+            if let Some(problem) = &scanned.tail_problem {
+                if !last {
+                    return Err(StoreError::corrupt(&path, problem.clone()));
+                }
+                tracing::warn!(
+                    path = %path.display(),
+                    valid_len = scanned.valid_len,
+                    "cutting torn tail: {problem}"
+                );
+                writer
+                    .set_len(scanned.valid_len)
+                    .and_then(|()| writer.sync_all())
+                    .map_err(|e| StoreError::io(&path, e))?;
+                roll_after_recovery = !scanned.frames.is_empty();
+            }
+            let mut entry = SegmentEntry::new(base, path.clone(), reader);
+            for f in scanned.frames {
+                entry.push(f);
+            }
+            entry.size = scanned.valid_len;
+            if last {
+                active = Some(ActiveSegment {
+                    file: writer,
+                    path,
+                    size: entry.size,
+                    next_offset: entry.end_offset(),
+                });
+            }
+            segments.push(entry);
+        }
+        let mut active = match active {
+            Some(a) => a,
+            None => {
+                let (a, entry) = create_segment(&dir, 0)?;
+                segments.push(entry);
+                a
+            }
+        };
+        if roll_after_recovery {
+            // Recovery cut a torn tail: continue in a fresh segment.
+            let (a, entry) = create_segment(&dir, active.next_offset)?;
+            segments.push(entry);
+            active = a;
+        }
+
+        let (end, _) = watch::channel(active.next_offset);
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let log = Arc::new(Log {
+            id,
+            dir,
+            segments: RwLock::new(segments),
+            end,
+            tx: Mutex::new(Some(tx)),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(writer_loop(
+            Arc::clone(&log),
+            rx,
+            active,
+            options,
+            metrics,
+            on_commit,
+        ));
+        *lock(&log.task) = Some(task);
+        Ok(log)
+    }
+
+    pub fn id(&self) -> LogId {
+        self.id
+    }
+
+    /// The offset the next appended row will get; every row below it is durable.
+    pub fn end_offset(&self) -> u64 {
+        *self.end.borrow()
+    }
+
+    /// The first offset still held in the hot tier.
+    pub fn start_offset(&self) -> u64 {
+        read(&self.segments)
+            .first()
+            .map_or(0, |s| s.base_offset)
+    }
+
+    /// Follows the durable end offset; it changes after every group commit.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.end.subscribe()
+    }
+
+    /// Queues a frame and waits until it is durable; returns the offsets of its rows.
+    pub(crate) async fn append(&self, frame: EncodedFrame) -> Result<Range<u64>> {
+        let (ack, done) = oneshot::channel();
+        self.send(WriterMsg::Append(frame, ack)).await?;
+        done.await.map_err(|_| self.closed())?
+    }
+
+    async fn send(&self, msg: WriterMsg) -> Result<()> {
+        let tx = lock(&self.tx).clone().ok_or_else(|| self.closed())?;
+        tx.send(msg).await.map_err(|_| self.closed())
+    }
+
+    fn closed(&self) -> StoreError {
+        StoreError::Unavailable(format!("log {} is closed", self.id))
+    }
+
+    /// Stops accepting appends and waits until everything queued is durable.
+    pub(crate) async fn close(&self) {
+        lock(&self.tx).take();
+        let task = lock(&self.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// Chooses the frames holding rows in `rows` whose event-time bounds overlap
+    /// `[since, until)`.
+    pub(crate) fn plan(
+        &self,
+        rows: Range<u64>,
+        since: Option<i64>,
+        until: Option<i64>,
+        out: &mut Vec<PlannedFrame>,
+    ) {
+        let overlaps = |min: i64, max: i64| {
+            since.is_none_or(|s| max >= s) && until.is_none_or(|u| min < u)
+        };
+        let segments = read(&self.segments);
+        for seg in segments.iter() {
+            if seg.frames.is_empty()
+                || seg.end_offset() <= rows.start
+                || seg.base_offset >= rows.end
+                || !overlaps(seg.min_event_ts, seg.max_event_ts)
+            {
+                continue;
+            }
+            let first = seg
+                .frames
+                .partition_point(|f| f.end_offset() <= rows.start);
+            for f in &seg.frames[first..] {
+                if f.base_offset >= rows.end {
+                    break;
+                }
+                if !overlaps(f.min_event_ts, f.max_event_ts) {
+                    continue;
+                }
+                out.push(PlannedFrame {
+                    log: self.id,
+                    path: seg.path.clone(),
+                    file: Arc::clone(&seg.file),
+                    meta: *f,
+                    rows: f.base_offset.max(rows.start)..f.end_offset().min(rows.end),
+                });
+            }
+        }
+    }
+
+    /// Deletes, oldest first, the segments whose rows were all committed before
+    /// `cutoff_commit_ts` and lie below `watermark` (`None`: no watermark gate, for tables
+    /// with tiering off). The active segment is rolled first when it qualifies, so the
+    /// log keeps an (empty) segment that remembers its next offset.
+    pub(crate) async fn retain(
+        &self,
+        cutoff_commit_ts: i64,
+        watermark: Option<u64>,
+    ) -> Result<(usize, u64)> {
+        let qualifies = |s: &SegmentEntry| {
+            s.max_commit_ts < cutoff_commit_ts && watermark.is_none_or(|w| s.end_offset() <= w)
+        };
+        let roll = {
+            let segments = read(&self.segments);
+            segments
+                .last()
+                .is_some_and(|s| !s.frames.is_empty() && qualifies(s))
+        };
+        if roll {
+            let (ack, done) = oneshot::channel();
+            self.send(WriterMsg::Roll(ack)).await?;
+            done.await.map_err(|_| self.closed())??;
+        }
+        let removed: Vec<SegmentEntry> = {
+            let mut segments = write(&self.segments);
+            let keep_from = segments
+                .iter()
+                .take(segments.len().saturating_sub(1))
+                .position(|s| !(s.frames.is_empty() || qualifies(s)))
+                .unwrap_or(segments.len().saturating_sub(1));
+            segments.drain(..keep_from).collect()
+        };
+        let mut bytes = 0;
+        for seg in &removed {
+            bytes += seg.size;
+            fs::remove_file(&seg.path).map_err(|e| StoreError::io(&seg.path, e))?;
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok((removed.len(), bytes))
+    }
+}
+
+fn create_segment(dir: &Path, base_offset: u64) -> Result<(ActiveSegment, SegmentEntry)> {
+    let path = segment_path(dir, base_offset);
+    let (writer, reader) = open_segment_files(&path, true)?;
+    writer.sync_all().map_err(|e| StoreError::io(&path, e))?;
+    sync_dir(dir)?;
+    Ok((
+        ActiveSegment {
+            file: writer,
+            path: path.clone(),
+            size: 0,
+            next_offset: base_offset,
+        },
+        SegmentEntry::new(base_offset, path, reader),
+    ))
+}
+
+async fn writer_loop(
+    log: Arc<Log>,
+    mut rx: mpsc::Receiver<WriterMsg>,
+    active: ActiveSegment,
+    options: LogOptions,
+    metrics: Arc<StoreMetrics>,
+    on_commit: Arc<watch::Sender<u64>>,
+) {
+    // `None` once a failed write could not be undone: the log refuses everything after.
+    let mut active = Some(active);
+    let mut poisoned = String::new();
+    while let Some(first) = rx.recv().await {
+        let mut appends = Vec::new();
+        let mut rolls = Vec::new();
+        let mut bytes = 0u64;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                WriterMsg::Append(frame, ack) => {
+                    bytes += frame.frame_len();
+                    appends.push((frame, ack));
+                }
+                WriterMsg::Roll(ack) => rolls.push(ack),
+            }
+            if bytes < options.max_group_bytes {
+                next = rx.try_recv().ok();
+            }
+        }
+        let fail = |reason: &str| StoreError::Unavailable(format!("log {} failed earlier: {reason}", log.id));
+        let Some(mut current) = active.take() else {
+            appends.into_iter().for_each(|(_, ack)| drop(ack.send(Err(fail(&poisoned)))));
+            rolls.into_iter().for_each(|ack| drop(ack.send(Err(fail(&poisoned)))));
+            continue;
+        };
+        if !appends.is_empty() {
+            match commit_group(&log, current, appends, &metrics).await {
+                Ok(a) => {
+                    current = a;
+                    on_commit.send_modify(|n| *n += 1);
+                }
+                Err((Some(a), reason)) => {
+                    tracing::error!(log = %log.id, "log write failed and was undone: {reason}");
+                    current = a;
+                }
+                Err((None, reason)) => {
+                    tracing::error!(log = %log.id, "log write failed; the log is closed: {reason}");
+                    rolls.into_iter().for_each(|ack| drop(ack.send(Err(fail(&reason)))));
+                    poisoned = reason;
+                    continue;
+                }
+            }
+        }
+        let must_roll =
+            current.size >= options.segment_bytes || (!rolls.is_empty() && current.size > 0);
+        let mut roll_error = None;
+        if must_roll {
+            match create_segment(&log.dir, current.next_offset) {
+                Ok((a, entry)) => {
+                    write(&log.segments).push(entry);
+                    current = a;
+                }
+                Err(e) => roll_error = Some(e.to_string()),
+            }
+        }
+        for ack in rolls {
+            let _ = ack.send(match &roll_error {
+                None => Ok(()),
+                Some(e) => Err(StoreError::Unavailable(format!("cannot roll log {}: {e}", log.id))),
+            });
+        }
+        active = Some(current);
+    }
+}
+
+type Ack = oneshot::Sender<Result<Range<u64>>>;
+
+/// Writes one group with one `pwrite` and one `fdatasync`, then publishes and acks it.
+/// On failure the active segment is cut back to its last durable size; if even that
+/// fails, the segment is returned as `None` and the log is poisoned.
+async fn commit_group(
+    log: &Arc<Log>,
+    active: ActiveSegment,
+    appends: Vec<(EncodedFrame, Ack)>,
+    metrics: &StoreMetrics,
+) -> std::result::Result<ActiveSegment, (Option<ActiveSegment>, String)> {
+    let commit_ts = now_micros();
+    let total: u64 = appends.iter().map(|(f, _)| f.frame_len()).sum();
+    let mut buf = Vec::with_capacity(total as usize);
+    let mut metas = Vec::with_capacity(appends.len());
+    let mut acks = Vec::with_capacity(appends.len());
+    let mut offset = active.next_offset;
+    let mut position = active.size;
+    for (frame, ack) in appends {
+        let mut meta = frame.write_to(&mut buf, offset, commit_ts);
+        meta.position = position;
+        position += meta.frame_len();
+        acks.push((ack, offset..meta.end_offset()));
+        offset = meta.end_offset();
+        metas.push(meta);
+    }
+    let rows = offset - active.next_offset;
+    let group_size = acks.len();
+    let start = active.size;
+    let joined = tokio::task::spawn_blocking(move || {
+        let res = active
+            .file
+            .write_all_at(&buf, start)
+            .and_then(|()| active.file.sync_data());
+        (active, res)
+    })
+    .await;
+    let (mut active, res) = match joined {
+        Ok(pair) => pair,
+        Err(e) => {
+            let reason = format!("writer task failed: {e}");
+            for (ack, _) in acks {
+                let _ = ack.send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            return Err((None, reason));
+        }
+    };
+    if let Err(e) = res {
+        let reason = format!("write to {} failed: {e}", active.path.display());
+        for (ack, _) in acks {
+            let _ = ack.send(Err(StoreError::io(&active.path, std::io::Error::new(e.kind(), e.to_string()))));
+        }
+        let restored = active.file.set_len(start).and_then(|()| active.file.sync_data());
+        return Err((restored.is_ok().then_some(active), reason));
+    }
+    active.size = position;
+    active.next_offset = offset;
+    {
+        let mut segments = write(&log.segments);
+        if let Some(seg) = segments.last_mut() {
+            for m in metas {
+                seg.push(m);
+            }
+        }
+    }
+    log.end.send_replace(offset);
+    metrics.record_group_commit(group_size as u64, rows, total);
+    for (ack, range) in acks {
+        let _ = ack.send(Ok(range));
+    }
+    Ok(active)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,278 @@
+//! Reads of the hot tier: planned scans with projection, time range and offset bounds,
+//! and tails that follow a log as it grows.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::{BooleanArray, RecordBatch, Scalar, TimestampMicrosecondArray};
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMicrosecondType;
+use arrow_schema::SchemaRef;
+use tokio::sync::watch;
+
+use crate::bucket::LogId;
+use crate::error::{Result, StoreError};
+use crate::hot_table::HotTable;
+use crate::log::PlannedFrame;
+use crate::segment::read_frame;
+use crate::table::UTC;
+
+/// What to read from a table's hot tier. The default reads everything.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRequest {
+    /// Columns to return, in this order; `None` returns every stored column.
+    pub columns: Option<Vec<String>>,
+    /// Only rows with event time `>= since` (µs since epoch).
+    pub since: Option<i64>,
+    /// Only rows with event time `< until` (µs since epoch).
+    pub until: Option<i64>,
+    /// Only these logs; `None` reads every log.
+    pub logs: Option<Vec<LogId>>,
+    /// Per-log first offset to read (inclusive); absent logs start at their beginning.
+    pub start_offsets: HashMap<LogId, u64>,
+    /// Per-log end offset (exclusive); absent logs end at their durable end when planned.
+    pub end_offsets: HashMap<LogId, u64>,
+}
+
+/// Rows from one frame of one log.
+#[derive(Debug, Clone)]
+pub struct ScannedBatch {
+    pub log: LogId,
+    /// The offsets the scan considered in this frame. With a time range, rows outside it
+    /// were removed, so `batch` may hold fewer rows than the range.
+    pub offsets: Range<u64>,
+    pub batch: RecordBatch,
+}
+
+/// The column indices a request projects, and the schema it produces.
+fn resolve_projection(table: &HotTable, columns: Option<&[String]>) -> Result<(Vec<usize>, SchemaRef)> {
+    let schema = table.def().stored_schema();
+    let projection: Vec<usize> = match columns {
+        None => (0..schema.fields().len()).collect(),
+        Some(cols) => cols
+            .iter()
+            .map(|c| {
+                schema.index_of(c).map_err(|_| {
+                    let known: Vec<&str> =
+                        schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    StoreError::InvalidRequest(format!(
+                        "unknown column {c:?} in table {}; it has columns {}",
+                        table.def().name(),
+                        known.join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let projected = Arc::new(schema.project(&projection)?);
+    Ok((projection, projected))
+}
+
+/// A planned scan; an iterator over [`ScannedBatch`]es in (log, offset) order.
+#[derive(Debug)]
+pub struct HotScan {
+    table_schema: SchemaRef,
+    schema: SchemaRef,
+    projection: Vec<usize>,
+    time_index: usize,
+    since: Option<i64>,
+    until: Option<i64>,
+    frames: VecDeque<PlannedFrame>,
+}
+
+impl HotScan {
+    pub(crate) fn plan(table: &HotTable, request: &ScanRequest) -> Result<Self> {
+        let (projection, schema) = resolve_projection(table, request.columns.as_deref())?;
+        if let (Some(s), Some(u)) = (request.since, request.until) {
+            if s >= u {
+                return Err(StoreError::InvalidRequest(format!(
+                    "empty time range: since ({s}) must be before until ({u})"
+                )));
+            }
+        }
+        let mut frames = Vec::new();
+        for log in table.logs() {
+            if request.logs.as_ref().is_some_and(|l| !l.contains(&log.id())) {
+                continue;
+            }
+            let start = request.start_offsets.get(&log.id()).copied().unwrap_or(0);
+            let end = request
+                .end_offsets
+                .get(&log.id())
+                .copied()
+                .unwrap_or_else(|| log.end_offset());
+            if start < end {
+                log.plan(start..end, request.since, request.until, &mut frames);
+            }
+        }
+        Ok(Self {
+            table_schema: Arc::clone(table.def().stored_schema()),
+            schema,
+            projection,
+            time_index: table.def().time_index(),
+            since: request.since,
+            until: request.until,
+            frames: frames.into(),
+        })
+    }
+
+    /// The schema of the batches this scan yields.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// How many frames the plan kept after pruning (for tests and metrics).
+    pub fn planned_frames(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn read(&self, planned: &PlannedFrame) -> Result<RecordBatch> {
+        let meta = &planned.meta;
+        let inside = self.since.is_none_or(|s| meta.min_event_ts >= s)
+            && self.until.is_none_or(|u| meta.max_event_ts < u);
+        // Rows must be filtered by time: read the time column too, then drop it.
+        let extra_time = !inside && !self.projection.contains(&self.time_index);
+        let mut projection = self.projection.clone();
+        if extra_time {
+            projection.push(self.time_index);
+        }
+        let mut batch = read_frame(
+            &planned.file,
+            &planned.path,
+            meta,
+            &self.table_schema,
+            &projection,
+        )?;
+        let skip = (planned.rows.start - meta.base_offset) as usize;
+        let take = (planned.rows.end - planned.rows.start) as usize;
+        if skip > 0 || take < batch.num_rows() {
+            batch = batch.slice(skip, take);
+        }
+        if !inside {
+            let pos = projection
+                .iter()
+                .position(|p| *p == self.time_index)
+                .unwrap_or_default();
+            let mask = time_mask(batch.column(pos).as_primitive::<TimestampMicrosecondType>(), self.since, self.until)?;
+            batch = arrow_select::filter::filter_record_batch(&batch, &mask)?;
+            if extra_time {
+                batch = batch.project(&(0..self.projection.len()).collect::<Vec<_>>())?;
+            }
+        }
+        Ok(batch)
+    }
+}
+
+fn time_mask(ts: &TimestampMicrosecondArray, since: Option<i64>, until: Option<i64>) -> Result<BooleanArray> {
+    let scalar = |v: i64| Scalar::new(TimestampMicrosecondArray::from(vec![v]).with_timezone(UTC));
+    let lower = since.map(|s| arrow_ord::cmp::gt_eq(ts, &scalar(s))).transpose()?;
+    let upper = until.map(|u| arrow_ord::cmp::lt(ts, &scalar(u))).transpose()?;
+    Ok(match (lower, upper) {
+        (Some(l), Some(u)) => arrow_arith_and(&l, &u),
+        (Some(m), None) | (None, Some(m)) => m,
+        (None, None) => BooleanArray::from(vec![true; ts.len()]),
+    })
+}
+
+fn arrow_arith_and(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
+    // Both masks come from non-null timestamps, so a plain bitwise AND is exact.
+    BooleanArray::new(a.values() & b.values(), None)
+}
+
+impl Iterator for HotScan {
+    type Item = Result<ScannedBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let planned = self.frames.pop_front()?;
+            match self.read(&planned) {
+                Ok(batch) if batch.num_rows() == 0 => continue,
+                Ok(batch) => {
+                    return Some(Ok(ScannedBatch {
+                        log: planned.log,
+                        offsets: planned.rows,
+                        batch,
+                    }));
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+const TAIL_READ_AHEAD_FRAMES: usize = 64;
+
+/// Follows one log from an offset, returning each newly committed frame. Waits are
+/// woken by the log's writer after each group commit: no polling.
+#[derive(Debug)]
+pub struct Tail {
+    table: Arc<HotTable>,
+    log: LogId,
+    next_offset: u64,
+    columns: Option<Vec<String>>,
+    commits: watch::Receiver<u64>,
+    pending: VecDeque<ScannedBatch>,
+}
+
+impl Tail {
+    pub(crate) fn new(
+        table: Arc<HotTable>,
+        log: LogId,
+        from_offset: u64,
+        columns: Option<Vec<String>>,
+    ) -> Result<Self> {
+        // Fail now, not at the first row, on a bad column.
+        resolve_projection(&table, columns.as_deref())?;
+        let commits = table.watch_commits();
+        Ok(Self {
+            table,
+            log,
+            next_offset: from_offset,
+            columns,
+            commits,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// The offset of the next row this tail will return.
+    pub fn position(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Waits for and returns the next committed rows at or after the tail's position.
+    pub async fn next(&mut self) -> Result<ScannedBatch> {
+        loop {
+            if let Some(b) = self.pending.pop_front() {
+                self.next_offset = b.offsets.end;
+                return Ok(b);
+            }
+            // Mark the current commit count seen before looking, so a commit that lands
+            // between the look and the wait still wakes us.
+            self.commits.borrow_and_update();
+            if let Some(log) = self.table.log(self.log) {
+                if log.end_offset() > self.next_offset {
+                    let request = ScanRequest {
+                        columns: self.columns.clone(),
+                        logs: Some(vec![self.log]),
+                        start_offsets: HashMap::from([(self.log, self.next_offset)]),
+                        ..Default::default()
+                    };
+                    let scan = self.table.scan(&request)?;
+                    // Bounded read-ahead keeps a tail far behind from loading everything.
+                    let batches = tokio::task::spawn_blocking(move || {
+                        scan.take(TAIL_READ_AHEAD_FRAMES).collect::<Result<Vec<_>>>()
+                    })
+                    .await
+                    .map_err(|e| StoreError::Unavailable(format!("tail read failed: {e}")))??;
+                    self.pending.extend(batches);
+                    continue;
+                }
+            }
+            self.commits
+                .changed()
+                .await
+                .map_err(|_| StoreError::Unavailable("table closed".into()))?;
+        }
+    }
+}

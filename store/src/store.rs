@@ -1,0 +1,169 @@
+//! The store: the registry of tables under one data directory.
+//!
+//! Layout: `<root>/data/<namespace>/<table>/table.json` holds the definition; the table's
+//! logs live beside it in `day=YYYY-MM-DD/bucket=N/` directories of segment files.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use arrow_array::RecordBatch;
+
+use crate::error::{Result, StoreError};
+use crate::hot_table::{AppendResult, HotTable, check_supported};
+use crate::log::{LogOptions, create_dir_durable, sync_dir};
+use crate::metrics::StoreMetrics;
+use crate::table::{TableDef, TableName, TableSpec};
+
+const DEF_FILE: &str = "table.json";
+
+/// Options of a store; the defaults suit production.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    pub log: LogOptions,
+}
+
+/// The hot tier of every table under one data directory.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    options: StoreOptions,
+    metrics: Arc<StoreMetrics>,
+    tables: RwLock<BTreeMap<TableName, Arc<HotTable>>>,
+    create: tokio::sync::Mutex<()>,
+}
+
+impl Store {
+    /// Opens the store in `root`, creating it if needed, and recovers every table.
+    /// Must be called inside a Tokio runtime: each log gets a writer task.
+    pub fn open(root: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let data = root.join("data");
+        create_dir_durable(&data)?;
+        let metrics = Arc::new(StoreMetrics::default());
+        let mut tables = BTreeMap::new();
+        for ns in read_dirs(&data)? {
+            for table_dir in read_dirs(&ns)? {
+                let def_path = table_dir.join(DEF_FILE);
+                if !def_path.exists() {
+                    tracing::warn!(path = %table_dir.display(), "ignoring directory without {DEF_FILE}");
+                    continue;
+                }
+                let text = std::fs::read_to_string(&def_path)
+                    .map_err(|e| StoreError::io(&def_path, e))?;
+                let spec: TableSpec = serde_json::from_str(&text).map_err(|e| {
+                    StoreError::corrupt(&def_path, format!("unreadable table definition: {e}"))
+                })?;
+                let def = TableDef::new(spec)
+                    .map_err(|e| StoreError::corrupt(&def_path, e.to_string()))?;
+                let name = def.name().clone();
+                let table = HotTable::open(def, table_dir, options.log.clone(), Arc::clone(&metrics))?;
+                tables.insert(name, table);
+            }
+        }
+        Ok(Self {
+            root,
+            options,
+            metrics,
+            tables: RwLock::new(tables),
+            create: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn metrics(&self) -> &Arc<StoreMetrics> {
+        &self.metrics
+    }
+
+    /// Creates a table from a spec, durably. Creating a table that exists with the same
+    /// definition returns it; with another definition it is an error.
+    pub async fn create_table(&self, spec: TableSpec) -> Result<Arc<HotTable>> {
+        let def = TableDef::new(spec)?;
+        check_supported(&def)?;
+        let _guard = self.create.lock().await;
+        if let Ok(existing) = self.table(def.name()) {
+            if existing.def().spec() == def.spec() {
+                return Ok(existing);
+            }
+            return Err(StoreError::TableExists(def.name().to_string()));
+        }
+        let dir = self
+            .root
+            .join("data")
+            .join(def.name().namespace())
+            .join(def.name().name());
+        create_dir_durable(&dir)?;
+        let json = serde_json::to_vec_pretty(def.spec())
+            .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
+        write_file_durable(&dir.join(DEF_FILE), &json)?;
+        let name = def.name().clone();
+        let table = HotTable::open(def, dir, self.options.log.clone(), Arc::clone(&self.metrics))?;
+        self.tables
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, Arc::clone(&table));
+        Ok(table)
+    }
+
+    /// The table of that name, or `NotFound`.
+    pub fn table(&self, name: &TableName) -> Result<Arc<HotTable>> {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::TableNotFound(name.to_string()))
+    }
+
+    /// Every table, by name.
+    pub fn tables(&self) -> Vec<Arc<HotTable>> {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Appends a batch to a table; see [`HotTable::append`].
+    pub async fn append(&self, name: &TableName, batch: &RecordBatch) -> Result<AppendResult> {
+        self.table(name)?.append(batch).await
+    }
+
+    /// Stops every writer once its queued appends are durable. Appends after this fail.
+    pub async fn close(&self) {
+        for table in self.tables() {
+            table.close().await;
+        }
+    }
+}
+
+fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        if entry.path().is_dir() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
+fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| StoreError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! Validation of incoming batches against a table's stored schema. A batch either comes
+//! out in exactly the stored schema or is refused with an error naming the column.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMicrosecondType;
+use arrow_schema::{DataType, TimeUnit};
+
+use crate::error::{Result, StoreError};
+use crate::table::{TableDef, UTC, WriteRule};
+
+/// Time-zone labels accepted as UTC for `timestamp_us` columns.
+const UTC_ALIASES: [&str; 5] = ["+00:00", "UTC", "Z", "Etc/UTC", "+0000"];
+
+/// Checks `batch` against `def` and returns it in the stored schema: columns in table
+/// order, field metadata attached, missing nullable columns filled with nulls, and
+/// columns the table drops (`write: drop`) left out.
+pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let bad = |detail: String| StoreError::InvalidBatch {
+        table: def.name().to_string(),
+        detail,
+    };
+    let incoming = batch.schema();
+    for field in incoming.fields() {
+        match def.spec().columns.iter().find(|c| &c.name == field.name()) {
+            Some(_) => {}
+            None => {
+                let known: Vec<&str> =
+                    def.spec().columns.iter().map(|c| c.name.as_str()).collect();
+                return Err(bad(format!(
+                    "unknown column {:?}; the table has columns {}",
+                    field.name(),
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    let rows = batch.num_rows();
+    let schema = def.stored_schema();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for (i, field) in schema.fields().iter().enumerate() {
+        let role = if i == def.time_index() {
+            "time column "
+        } else if i == def.bucket_index() {
+            "bucket key "
+        } else {
+            ""
+        };
+        let Some(array) = batch.column_by_name(field.name()) else {
+            if field.is_nullable() {
+                columns.push(new_null_array(field.data_type(), rows));
+                continue;
+            }
+            return Err(bad(format!(
+                "missing {role}{:?}: it is not nullable and must be sent as {}",
+                field.name(),
+                field.data_type()
+            )));
+        };
+        let array = match (field.data_type(), array.data_type()) {
+            (expected, got) if expected == got => Arc::clone(array),
+            (
+                DataType::Timestamp(TimeUnit::Microsecond, Some(_)),
+                DataType::Timestamp(TimeUnit::Microsecond, Some(tz)),
+            ) if UTC_ALIASES.contains(&tz.as_ref()) => Arc::new(
+                array
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .clone()
+                    .with_timezone(UTC),
+            ) as ArrayRef,
+            (expected, got) => {
+                let hint = if matches!(expected, DataType::Timestamp(..)) {
+                    " (send timestamps in microseconds with time zone UTC)"
+                } else {
+                    ""
+                };
+                return Err(bad(format!(
+                    "column {:?} has type {got}, expected {expected}{hint}",
+                    field.name()
+                )));
+            }
+        };
+        if !field.is_nullable() && array.null_count() > 0 {
+            let row = (0..rows).find(|r| array.is_null(*r)).unwrap_or_default();
+            return Err(bad(format!(
+                "{role}{:?} is not nullable but row {row} is null",
+                field.name()
+            )));
+        }
+        columns.push(array);
+    }
+    // Columns declared `drop` are accepted from the client and never stored.
+    debug_assert!(
+        def.spec()
+            .columns
+            .iter()
+            .filter(|c| c.write == WriteRule::Drop)
+            .all(|c| schema.index_of(&c.name).is_err())
+    );
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// The time column of a normalized batch.
+pub(crate) fn time_values<'a>(def: &TableDef, batch: &'a RecordBatch) -> &'a TimestampMicrosecondArray {
+    batch.column(def.time_index()).as_primitive::<TimestampMicrosecondType>()
+}

@@ -1,0 +1,185 @@
+//! Crash safety: torn-tail recovery at every byte of the last frame, and kill -9 of a
+//! process that is appending.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use crate::common::*;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
+    let pristine = tempfile::tempdir().unwrap();
+    let store = open(pristine.path()).await;
+    store.create_table(events_spec(1)).await.unwrap();
+    for k in 0..4 {
+        store.append(&events_name(), &events(k * 3..k * 3 + 3, |i| T0 + i)).await.unwrap();
+    }
+    let files = segment_files(pristine.path());
+    assert_eq!(files.len(), 1);
+    let before_last = std::fs::metadata(&files[0]).unwrap().len();
+    store.append(&events_name(), &events(12..15, |i| T0 + i)).await.unwrap();
+    let full = std::fs::metadata(&files[0]).unwrap().len();
+    store.close().await;
+    drop(store);
+    assert!(full > before_last);
+    let rel = files[0].strip_prefix(pristine.path()).unwrap().to_path_buf();
+
+    let mut cases: Vec<Box<dyn Fn(&Path)>> = Vec::new();
+    for cut in before_last..full {
+        cases.push(Box::new(move |seg: &Path| {
+            let f = std::fs::OpenOptions::new().write(true).open(seg).unwrap();
+            f.set_len(cut).unwrap();
+        }));
+    }
+    // A complete last frame whose bytes were damaged is cut too.
+    for at in [before_last + 2, before_last + 30, (before_last + full) / 2, full - 1] {
+        cases.push(Box::new(move |seg: &Path| {
+            let mut bytes = std::fs::read(seg).unwrap();
+            bytes[at as usize] ^= 0x40;
+            std::fs::write(seg, bytes).unwrap();
+        }));
+    }
+    for (i, damage) in cases.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(pristine.path(), dir.path());
+        damage(&dir.path().join(&rel));
+        let store = open(dir.path()).await;
+        let ids = all_ids(&store);
+        assert_eq!(ids, (0..12).collect::<Vec<_>>(), "case {i}: half-written frame served or data lost");
+        // Appends continue right after the last whole frame.
+        let r = store.append(&events_name(), &events(100..101, |_| T0)).await.unwrap();
+        assert_eq!(r.parts[0].start_offset, 12, "case {i}");
+        store.close().await;
+        drop(store);
+        let store = open(dir.path()).await;
+        let mut ids = all_ids(&store);
+        ids.sort();
+        assert_eq!(ids, (0..12).chain(100..101).collect::<Vec<_>>(), "case {i} after reopen");
+        store.close().await;
+    }
+}
+
+const CHILD_DIR_ENV: &str = "HOTGATE_KILL9_DIR";
+const CHILD_BASE_ENV: &str = "HOTGATE_KILL9_ID_BASE";
+
+/// The appending child of `kill_9_loses_no_acknowledged_row`. Ignored, so it runs only
+/// when the parent starts it with `--ignored` and the environment set.
+#[test]
+#[ignore = "child process of kill_9_loses_no_acknowledged_row"]
+fn kill9_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
+    let base: i64 = std::env::var(CHILD_BASE_ENV).unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let store = Arc::new(open(Path::new(&dir)).await);
+        store.create_table(events_spec(3)).await.unwrap();
+        let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+        let tasks: Vec<_> = (0..6i64)
+            .map(|t| {
+                let (store, out) = (Arc::clone(&store), Arc::clone(&out));
+                tokio::spawn(async move {
+                    let mut next = base + t * 10_000_000;
+                    let deadline = Instant::now() + Duration::from_secs(120);
+                    while Instant::now() < deadline {
+                        let n = 1 + (next % 37);
+                        store.append(&events_name(), &events(next..next + n, |i| T0 + i)).await.unwrap();
+                        // Only now is the row acknowledged.
+                        let mut o = out.lock().unwrap();
+                        writeln!(o, "ACK {next} {n}").unwrap();
+                        o.flush().unwrap();
+                        next += n;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_acknowledged_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut acked: Vec<i64> = Vec::new();
+    let mut rng = rand::rng();
+    for round in 0..5i64 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["durability::kill9_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_DIR_ENV, dir.path())
+            .env(CHILD_BASE_ENV, (round * 1_000_000_000).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Wait until the child is appending, then kill it at a random moment.
+        let mut lines = Vec::new();
+        let start = Instant::now();
+        while lines.iter().filter(|l: &&String| l.starts_with("ACK")).count() < 5 {
+            assert!(start.elapsed() < Duration::from_secs(120), "child never acknowledged an append");
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+                lines.push(l);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..300)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
+        for l in lines {
+            let mut parts = l.split_whitespace();
+            if parts.next() != Some("ACK") {
+                continue;
+            }
+            let (Some(first), Some(n)) = (parts.next(), parts.next()) else { continue };
+            let (Ok(first), Ok(n)) = (first.parse::<i64>(), n.parse::<i64>()) else { continue };
+            acked.extend(first..first + n);
+        }
+
+        // Reopen after the crash: every acknowledged row is there exactly once.
+        let store = open(dir.path()).await;
+        let ids = all_ids(&store);
+        let mut counts: HashMap<i64, u32> = HashMap::new();
+        for id in &ids {
+            *counts.entry(*id).or_default() += 1;
+        }
+        let dupes: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
+        assert!(dupes.is_empty(), "round {round}: duplicated rows {dupes:?}");
+        let present: HashSet<i64> = ids.into_iter().collect();
+        let missing: Vec<_> = acked.iter().filter(|id| !present.contains(id)).take(5).collect();
+        assert!(missing.is_empty(), "round {round}: acknowledged rows lost: {missing:?}");
+        store.close().await;
+    }
+    assert!(acked.len() > 25, "the child acknowledged too little to prove anything");
+}

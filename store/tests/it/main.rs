@@ -1,0 +1,8 @@
+//! hotgate-store integration tests: one binary, one module per concern.
+
+mod alignment;
+mod common;
+mod durability;
+mod reads;
+mod retention;
+mod writes;
