@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hotgate_store::{Store, StoreOptions, TableName, TableSpec};
 
@@ -47,28 +50,42 @@ fn batch(seed: i64) -> RecordBatch {
     let n = ROWS_PER_APPEND;
     let now = chrono::Utc::now().timestamp_micros();
     let mut fields = vec![
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
         Field::new("key", DataType::Int64, false),
     ];
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
-        Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| seed * 7919 + i))),
+        Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).map(|i| seed * 7919 + i),
+        )),
     ];
     for i in 0..6 {
         fields.push(Field::new(format!("l{i}"), DataType::Int64, true));
-        cols.push(Arc::new(Int64Array::from_iter_values((0..n as i64).map(|r| r * i + seed))));
+        cols.push(Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).map(|r| r * i + seed),
+        )));
     }
     for i in 0..4 {
         fields.push(Field::new(format!("f{i}"), DataType::Float64, true));
-        cols.push(Arc::new(Float64Array::from_iter_values((0..n).map(|r| r as f64 * 1.5 + i as f64))));
+        cols.push(Arc::new(Float64Array::from_iter_values(
+            (0..n).map(|r| r as f64 * 1.5 + i as f64),
+        )));
     }
     for i in 0..4 {
         fields.push(Field::new(format!("i{i}"), DataType::Int32, true));
-        cols.push(Arc::new(Int32Array::from_iter_values((0..n as i32).map(|r| r ^ i))));
+        cols.push(Arc::new(Int32Array::from_iter_values(
+            (0..n as i32).map(|r| r ^ i),
+        )));
     }
     for i in 0..4 {
         fields.push(Field::new(format!("s{i}"), DataType::Utf8, true));
-        cols.push(Arc::new(StringArray::from_iter_values((0..n).map(|r| format!("value-{i}-{r:09}")))));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            (0..n).map(|r| format!("value-{i}-{r:09}")),
+        )));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("bench batch")
 }
@@ -81,7 +98,10 @@ fn bench_dir() -> std::path::PathBuf {
 
 fn secs() -> Duration {
     Duration::from_secs_f64(
-        std::env::var("HOTGATE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0),
+        std::env::var("HOTGATE_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5.0),
     )
 }
 
@@ -148,7 +168,10 @@ async fn store_append(writers: usize, buckets: u32) -> (f64, f64) {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the arguments.
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut summary = serde_json::Map::new();
     let raw_1m = raw_disk(1 << 20);
     raw_disk(256 << 10);
@@ -156,7 +179,10 @@ fn main() {
     for buckets in [1u32, 8] {
         for writers in [1usize, 8, 64] {
             let (_, mbps) = rt.block_on(store_append(writers, buckets));
-            summary.insert(format!("ratio_to_raw_w{writers}_b{buckets}"), (mbps / raw_1m).into());
+            summary.insert(
+                format!("ratio_to_raw_w{writers}_b{buckets}"),
+                (mbps / raw_1m).into(),
+            );
         }
     }
     summary.insert("bench".into(), "append_summary".into());

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hotgate_store::{ScanRequest, Store, StoreOptions, TableName, TableSpec};
 
@@ -42,20 +44,32 @@ fn batch(seed: usize) -> RecordBatch {
     let n = ROWS_PER_BATCH;
     let now = chrono::Utc::now().timestamp_micros();
     let mut fields = vec![
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
         Field::new("key", DataType::Int64, false),
     ];
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
-        Arc::new(Int64Array::from_iter_values((0..n as i64).map(|r| r + seed as i64))),
+        Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).map(|r| r + seed as i64),
+        )),
     ];
     for i in 2..COLUMNS {
         let (_, dt) = kind(i);
         fields.push(Field::new(format!("c{i}"), dt.clone(), true));
         cols.push(match dt {
-            DataType::Int64 => Arc::new(Int64Array::from_iter_values((0..n as i64).map(|r| r * i as i64))),
-            DataType::Float64 => Arc::new(Float64Array::from_iter_values((0..n).map(|r| r as f64 / 3.0))),
-            _ => Arc::new(StringArray::from_iter_values((0..n).map(|r| format!("s{i}-{r:08}")))),
+            DataType::Int64 => Arc::new(Int64Array::from_iter_values(
+                (0..n as i64).map(|r| r * i as i64),
+            )),
+            DataType::Float64 => Arc::new(Float64Array::from_iter_values(
+                (0..n).map(|r| r as f64 / 3.0),
+            )),
+            _ => Arc::new(StringArray::from_iter_values(
+                (0..n).map(|r| format!("s{i}-{r:08}")),
+            )),
         });
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("batch")
@@ -67,8 +81,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn time_scan(store: &Store, columns: Option<Vec<String>>) -> (f64, usize) {
-    let table = store.table(&TableName::new("bench", "wide").expect("name")).expect("table");
-    let request = ScanRequest { columns, ..Default::default() };
+    let table = store
+        .table(&TableName::new("bench", "wide").expect("name"))
+        .expect("table");
+    let request = ScanRequest {
+        columns,
+        ..Default::default()
+    };
     let mut times = Vec::new();
     let mut rows = 0;
     for _ in 0..RUNS {
@@ -83,7 +102,10 @@ fn time_scan(store: &Store, columns: Option<Vec<String>>) -> (f64, usize) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
     let store = rt.block_on(async {
         let store = Store::open(dir.path(), StoreOptions::default()).expect("open");
@@ -96,7 +118,10 @@ fn main() {
     });
     let _warm = time_scan(&store, None);
     let (all, rows_all) = time_scan(&store, None);
-    let five: Vec<String> = ["key", "c5", "c10", "c20", "c41"].iter().map(|s| s.to_string()).collect();
+    let five: Vec<String> = ["key", "c5", "c10", "c20", "c41"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let (some, rows_some) = time_scan(&store, Some(five));
     assert_eq!(rows_all, rows_some);
     let line = |cols: usize, secs: f64| {
@@ -105,6 +130,9 @@ fn main() {
     };
     println!("{}", line(COLUMNS, all));
     println!("{}", line(5, some));
-    println!("{}", serde_json::json!({"bench": "scan_summary", "speedup_5_of_50": all / some}));
+    println!(
+        "{}",
+        serde_json::json!({"bench": "scan_summary", "speedup_5_of_50": all / some})
+    );
     rt.block_on(store.close());
 }

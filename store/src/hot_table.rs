@@ -77,8 +77,8 @@ impl HotTable {
                 continue;
             }
             let day_dir = day_entry.file_name().to_string_lossy().into_owned();
-            for bucket_entry in
-                std::fs::read_dir(day_entry.path()).map_err(|e| StoreError::io(day_entry.path(), e))?
+            for bucket_entry in std::fs::read_dir(day_entry.path())
+                .map_err(|e| StoreError::io(day_entry.path(), e))?
             {
                 let bucket_entry = bucket_entry.map_err(|e| StoreError::io(day_entry.path(), e))?;
                 let bucket_dir = bucket_entry.file_name().to_string_lossy().into_owned();
@@ -211,7 +211,10 @@ impl HotTable {
 
     /// The durable end offset of every log.
     pub fn end_offsets(&self) -> HashMap<LogId, u64> {
-        self.logs().iter().map(|l| (l.id(), l.end_offset())).collect()
+        self.logs()
+            .iter()
+            .map(|l| (l.id(), l.end_offset()))
+            .collect()
     }
 
     /// Changes after every group commit in any log of the table, including the first
@@ -227,7 +230,12 @@ impl HotTable {
     }
 
     /// Follows one log from `from_offset`, waking on each commit.
-    pub fn tail(self: &Arc<Self>, log: LogId, from_offset: u64, columns: Option<Vec<String>>) -> Result<Tail> {
+    pub fn tail(
+        self: &Arc<Self>,
+        log: LogId,
+        from_offset: u64,
+        columns: Option<Vec<String>>,
+    ) -> Result<Tail> {
         Tail::new(Arc::clone(self), log, from_offset, columns)
     }
 

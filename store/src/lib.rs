@@ -31,4 +31,6 @@ pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};
 pub use store::{Store, StoreOptions};
-pub use table::{ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, WriteRule};
+pub use table::{
+    ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, WriteRule,
+};

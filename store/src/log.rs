@@ -285,9 +285,7 @@ impl Log {
 
     /// The first offset still held in the hot tier.
     pub fn start_offset(&self) -> u64 {
-        read(&self.segments)
-            .first()
-            .map_or(0, |s| s.base_offset)
+        read(&self.segments).first().map_or(0, |s| s.base_offset)
     }
 
     /// Follows the durable end offset; it changes after every group commit.
@@ -329,9 +327,8 @@ impl Log {
         until: Option<i64>,
         out: &mut Vec<PlannedFrame>,
     ) {
-        let overlaps = |min: i64, max: i64| {
-            since.is_none_or(|s| max >= s) && until.is_none_or(|u| min < u)
-        };
+        let overlaps =
+            |min: i64, max: i64| since.is_none_or(|s| max >= s) && until.is_none_or(|u| min < u);
         let segments = read(&self.segments);
         for seg in segments.iter() {
             if seg.frames.is_empty()
@@ -341,9 +338,7 @@ impl Log {
             {
                 continue;
             }
-            let first = seg
-                .frames
-                .partition_point(|f| f.end_offset() <= rows.start);
+            let first = seg.frames.partition_point(|f| f.end_offset() <= rows.start);
             for f in &seg.frames[first..] {
                 if f.base_offset >= rows.end {
                     break;
@@ -450,10 +445,16 @@ async fn writer_loop(
                 next = rx.try_recv().ok();
             }
         }
-        let fail = |reason: &str| StoreError::Unavailable(format!("log {} failed earlier: {reason}", log.id));
+        let fail = |reason: &str| {
+            StoreError::Unavailable(format!("log {} failed earlier: {reason}", log.id))
+        };
         let Some(mut current) = active.take() else {
-            appends.into_iter().for_each(|(_, ack)| drop(ack.send(Err(fail(&poisoned)))));
-            rolls.into_iter().for_each(|ack| drop(ack.send(Err(fail(&poisoned)))));
+            appends
+                .into_iter()
+                .for_each(|(_, ack)| drop(ack.send(Err(fail(&poisoned)))));
+            rolls
+                .into_iter()
+                .for_each(|ack| drop(ack.send(Err(fail(&poisoned)))));
             continue;
         };
         if !appends.is_empty() {
@@ -468,7 +469,9 @@ async fn writer_loop(
                 }
                 Err((None, reason)) => {
                     tracing::error!(log = %log.id, "log write failed; the log is closed: {reason}");
-                    rolls.into_iter().for_each(|ack| drop(ack.send(Err(fail(&reason)))));
+                    rolls
+                        .into_iter()
+                        .for_each(|ack| drop(ack.send(Err(fail(&reason)))));
                     poisoned = reason;
                     continue;
                 }
@@ -489,7 +492,10 @@ async fn writer_loop(
         for ack in rolls {
             let _ = ack.send(match &roll_error {
                 None => Ok(()),
-                Some(e) => Err(StoreError::Unavailable(format!("cannot roll log {}: {e}", log.id))),
+                Some(e) => Err(StoreError::Unavailable(format!(
+                    "cannot roll log {}: {e}",
+                    log.id
+                ))),
             });
         }
         active = Some(current);
@@ -546,9 +552,15 @@ async fn commit_group(
     if let Err(e) = res {
         let reason = format!("write to {} failed: {e}", active.path.display());
         for (ack, _) in acks {
-            let _ = ack.send(Err(StoreError::io(&active.path, std::io::Error::new(e.kind(), e.to_string()))));
+            let _ = ack.send(Err(StoreError::io(
+                &active.path,
+                std::io::Error::new(e.kind(), e.to_string()),
+            )));
         }
-        let restored = active.file.set_len(start).and_then(|()| active.file.sync_data());
+        let restored = active
+            .file
+            .set_len(start)
+            .and_then(|()| active.file.sync_data());
         return Err((restored.is_ok().then_some(active), reason));
     }
     active.size = position;

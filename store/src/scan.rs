@@ -5,9 +5,9 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::{BooleanArray, RecordBatch, Scalar, TimestampMicrosecondArray};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
+use arrow_array::{BooleanArray, RecordBatch, Scalar, TimestampMicrosecondArray};
 use arrow_schema::SchemaRef;
 use tokio::sync::watch;
 
@@ -46,7 +46,10 @@ pub struct ScannedBatch {
 }
 
 /// The column indices a request projects, and the schema it produces.
-fn resolve_projection(table: &HotTable, columns: Option<&[String]>) -> Result<(Vec<usize>, SchemaRef)> {
+fn resolve_projection(
+    table: &HotTable,
+    columns: Option<&[String]>,
+) -> Result<(Vec<usize>, SchemaRef)> {
     let schema = table.def().stored_schema();
     let projection: Vec<usize> = match columns {
         None => (0..schema.fields().len()).collect(),
@@ -93,7 +96,11 @@ impl HotScan {
         }
         let mut frames = Vec::new();
         for log in table.logs() {
-            if request.logs.as_ref().is_some_and(|l| !l.contains(&log.id())) {
+            if request
+                .logs
+                .as_ref()
+                .is_some_and(|l| !l.contains(&log.id()))
+            {
                 continue;
             }
             let start = request.start_offsets.get(&log.id()).copied().unwrap_or(0);
@@ -154,7 +161,11 @@ impl HotScan {
                 .iter()
                 .position(|p| *p == self.time_index)
                 .unwrap_or_default();
-            let mask = time_mask(batch.column(pos).as_primitive::<TimestampMicrosecondType>(), self.since, self.until)?;
+            let mask = time_mask(
+                batch.column(pos).as_primitive::<TimestampMicrosecondType>(),
+                self.since,
+                self.until,
+            )?;
             batch = arrow_select::filter::filter_record_batch(&batch, &mask)?;
             if extra_time {
                 batch = batch.project(&(0..self.projection.len()).collect::<Vec<_>>())?;
@@ -164,10 +175,18 @@ impl HotScan {
     }
 }
 
-fn time_mask(ts: &TimestampMicrosecondArray, since: Option<i64>, until: Option<i64>) -> Result<BooleanArray> {
+fn time_mask(
+    ts: &TimestampMicrosecondArray,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<BooleanArray> {
     let scalar = |v: i64| Scalar::new(TimestampMicrosecondArray::from(vec![v]).with_timezone(UTC));
-    let lower = since.map(|s| arrow_ord::cmp::gt_eq(ts, &scalar(s))).transpose()?;
-    let upper = until.map(|u| arrow_ord::cmp::lt(ts, &scalar(u))).transpose()?;
+    let lower = since
+        .map(|s| arrow_ord::cmp::gt_eq(ts, &scalar(s)))
+        .transpose()?;
+    let upper = until
+        .map(|u| arrow_ord::cmp::lt(ts, &scalar(u)))
+        .transpose()?;
     Ok(match (lower, upper) {
         (Some(l), Some(u)) => arrow_arith_and(&l, &u),
         (Some(m), None) | (None, Some(m)) => m,
@@ -261,7 +280,8 @@ impl Tail {
                     let scan = self.table.scan(&request)?;
                     // Bounded read-ahead keeps a tail far behind from loading everything.
                     let batches = tokio::task::spawn_blocking(move || {
-                        scan.take(TAIL_READ_AHEAD_FRAMES).collect::<Result<Vec<_>>>()
+                        scan.take(TAIL_READ_AHEAD_FRAMES)
+                            .collect::<Result<Vec<_>>>()
                     })
                     .await
                     .map_err(|e| StoreError::Unavailable(format!("tail read failed: {e}")))??;

@@ -26,8 +26,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, new_null_array};
+use arrow_array::{RecordBatch, make_array, new_null_array};
 use arrow_buffer::Buffer;
+use arrow_data::ArrayData;
 use arrow_ipc::MetadataVersion;
 use arrow_ipc::writer::{CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions};
 use arrow_schema::{DataType, SchemaRef};
@@ -202,10 +203,7 @@ pub(crate) fn scan_segment(
     base_offset: u64,
     verify_crc: bool,
 ) -> Result<ScannedSegment> {
-    let len = file
-        .metadata()
-        .map_err(|e| StoreError::io(path, e))?
-        .len();
+    let len = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
     let mut frames = Vec::new();
     let mut pos = 0u64;
     let mut expected_offset = base_offset;
@@ -215,7 +213,10 @@ pub(crate) fn scan_segment(
             break None;
         }
         if len - pos < HEADER_LEN as u64 {
-            break Some(format!("{} trailing bytes are shorter than a header", len - pos));
+            break Some(format!(
+                "{} trailing bytes are shorter than a header",
+                len - pos
+            ));
         }
         let mut h = [0u8; HEADER_LEN];
         file.read_exact_at(&mut h, pos)
@@ -272,86 +273,121 @@ pub(crate) fn read_frame(
         )));
     }
     let payload_pos = meta.position + HEADER_LEN as u64;
-    let full = projection.len() == column_count
-        && projection.iter().enumerate().all(|(i, p)| i == *p);
+    let full =
+        projection.len() == column_count && projection.iter().enumerate().all(|(i, p)| i == *p);
+    let out_schema = Arc::new(schema.project(projection)?);
+    if full {
+        return read_whole_frame(file, path, meta, out_schema);
+    }
 
-    // The whole payload is read (and CRC-checked) for full reads; projected reads fetch
-    // the IPC metadata, then only the body ranges of the projected columns.
-    let (meta_bytes, body): (Buffer, Buffer) = if full {
-        let mut frame = vec![0u8; meta.frame_len() as usize];
-        file.read_exact_at(&mut frame, meta.position)
-            .map_err(|e| StoreError::io(path, e))?;
-        let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
-        if crc32c::crc32c(&frame[8..]) != crc {
-            // crc32c over header[8..] then payload is the CRC of the contiguous bytes.
-            return Err(corrupt(format!("frame at byte {} fails its CRC", meta.position)));
-        }
-        let buf = Buffer::from_vec(frame);
-        let meta_len = read_meta_len(&buf, HEADER_LEN, meta, path)?;
-        let body_start = HEADER_LEN + pad8(4 + meta_len);
-        (
-            buf.slice_with_length(HEADER_LEN + 4, meta_len),
-            buf.slice(body_start),
-        )
-    } else {
-        let mut len_bytes = [0u8; 4];
-        file.read_exact_at(&mut len_bytes, payload_pos)
-            .map_err(|e| StoreError::io(path, e))?;
-        let meta_len = u32::from_le_bytes(len_bytes) as usize;
-        if 4 + meta_len > meta.payload_len as usize {
-            return Err(corrupt(format!("frame at byte {} has a bad metadata length", meta.position)));
-        }
-        let mut m = vec![0u8; meta_len];
-        file.read_exact_at(&mut m, payload_pos + 4)
-            .map_err(|e| StoreError::io(path, e))?;
-        let body_len = meta.payload_len as usize - pad8(4 + meta_len);
-        // Zeroed memory is not touched until written, so unread columns cost nothing.
-        let mut body = vec![0u8; body_len];
-        let body_pos = payload_pos + pad8(4 + meta_len) as u64;
-        let message = arrow_ipc::root_as_message(&m)
-            .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
-        let ranges = column_ranges(&message, schema, column_count)
-            .ok_or_else(|| corrupt(format!("frame at byte {} has bad IPC buffers", meta.position)))?;
-        for &p in projection.iter().filter(|p| **p < column_count) {
-            let r = ranges[p].clone();
-            if r.end > body_len {
-                return Err(corrupt(format!("frame at byte {} has a buffer past its end", meta.position)));
-            }
-            file.read_exact_at(&mut body[r.clone()], body_pos + r.start as u64)
-                .map_err(|e| StoreError::io(path, e))?;
-        }
-        (Buffer::from_vec(m), Buffer::from_vec(body))
+    // A projected read fetches the IPC metadata, then only the body bytes of the
+    // projected columns, each into its own buffer: the other columns are never read.
+    let mut len_bytes = [0u8; 4];
+    file.read_exact_at(&mut len_bytes, payload_pos)
+        .map_err(|e| StoreError::io(path, e))?;
+    let meta_len = u32::from_le_bytes(len_bytes) as usize;
+    if 4 + meta_len > meta.payload_len as usize {
+        return Err(corrupt(format!(
+            "frame at byte {} has a bad metadata length",
+            meta.position
+        )));
+    }
+    let mut m = vec![0u8; meta_len];
+    file.read_exact_at(&mut m, payload_pos + 4)
+        .map_err(|e| StoreError::io(path, e))?;
+    let body_len = meta.payload_len as usize - pad8(4 + meta_len);
+    let body_pos = payload_pos + pad8(4 + meta_len) as u64;
+    let message =
+        arrow_ipc::root_as_message(&m).map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+    let bad_buffers = || {
+        corrupt(format!(
+            "frame at byte {} has bad IPC buffers",
+            meta.position
+        ))
     };
+    let ipc_batch = message.header_as_record_batch().ok_or_else(bad_buffers)?;
+    if ipc_batch.compression().is_some() {
+        return Err(corrupt(
+            "compressed IPC bodies are not written by hotgate".into(),
+        ));
+    }
+    let layout = column_layout(&ipc_batch, schema, column_count).ok_or_else(bad_buffers)?;
+    let rows = ipc_batch.length() as usize;
+    let mut columns = Vec::with_capacity(projection.len());
+    for &p in projection {
+        let field = schema.field(p);
+        let Some(col) = layout.get(p) else {
+            // Added to the table after this frame was written.
+            columns.push(new_null_array(field.data_type(), rows));
+            continue;
+        };
+        if col.range.end > body_len || col.rows != rows {
+            return Err(bad_buffers());
+        }
+        let mut bytes = vec![0u8; col.range.len()];
+        file.read_exact_at(&mut bytes, body_pos + col.range.start as u64)
+            .map_err(|e| StoreError::io(path, e))?;
+        let bytes = Buffer::from_vec(bytes);
+        let slice = |r: &Range<usize>| bytes.slice_with_length(r.start - col.range.start, r.len());
+        let mut data = ArrayData::builder(field.data_type().clone())
+            .len(rows)
+            .null_count(col.null_count)
+            .align_buffers(true);
+        if col.null_count > 0 {
+            data = data.null_bit_buffer(Some(slice(&col.buffers[0])));
+        }
+        for b in &col.buffers[1..] {
+            data = data.add_buffer(slice(b));
+        }
+        // `build` validates offsets, UTF-8 and lengths, so bad bytes are an error.
+        let data = data.build().map_err(|e| {
+            corrupt(format!(
+                "column {} of frame at byte {}: {e}",
+                field.name(),
+                meta.position
+            ))
+        })?;
+        columns.push(make_array(data));
+    }
+    Ok(RecordBatch::try_new(out_schema, columns)?)
+}
 
+/// Reads a whole frame, checks its CRC, and decodes every column with arrow-ipc.
+fn read_whole_frame(
+    file: &File,
+    path: &Path,
+    meta: &FrameMeta,
+    schema: SchemaRef,
+) -> Result<RecordBatch> {
+    let corrupt = |detail: String| StoreError::corrupt(path, detail);
+    let mut frame = vec![0u8; meta.frame_len() as usize];
+    file.read_exact_at(&mut frame, meta.position)
+        .map_err(|e| StoreError::io(path, e))?;
+    let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    // The CRC covers header bytes 8.. and the payload, which are contiguous here.
+    if crc32c::crc32c(&frame[8..]) != crc {
+        return Err(corrupt(format!(
+            "frame at byte {} fails its CRC",
+            meta.position
+        )));
+    }
+    let buf = Buffer::from_vec(frame);
+    let meta_len = read_meta_len(&buf, HEADER_LEN, meta, path)?;
+    let meta_bytes = buf.slice_with_length(HEADER_LEN + 4, meta_len);
+    let body = buf.slice(HEADER_LEN + pad8(4 + meta_len));
     let message = arrow_ipc::root_as_message(&meta_bytes)
         .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
     let ipc_batch = message
         .header_as_record_batch()
         .ok_or_else(|| corrupt("IPC message is not a record batch".into()))?;
-    let written: Vec<usize> = projection.iter().copied().filter(|p| *p < column_count).collect();
-    let frame_schema = Arc::new(schema.project(&(0..column_count).collect::<Vec<_>>())?);
-    let decoded = arrow_ipc::reader::read_record_batch(
+    Ok(arrow_ipc::reader::read_record_batch(
         &body,
         ipc_batch,
-        frame_schema,
+        schema,
         &HashMap::new(),
-        Some(&written),
+        None,
         &MetadataVersion::V5,
-    )?;
-    if written.len() == projection.len() {
-        return Ok(decoded.with_schema(Arc::new(schema.project(projection)?))?);
-    }
-    // Some projected columns were added after this frame: fill them with nulls.
-    let rows = decoded.num_rows();
-    let mut decoded_cols = decoded.columns().iter();
-    let columns = projection
-        .iter()
-        .map(|p| match *p < column_count {
-            true => decoded_cols.next().cloned().unwrap_or_else(|| new_null_array(schema.field(*p).data_type(), rows)),
-            false => new_null_array(schema.field(*p).data_type(), rows),
-        })
-        .collect();
-    Ok(RecordBatch::try_new(Arc::new(schema.project(projection)?), columns)?)
+    )?)
 }
 
 fn read_meta_len(buf: &Buffer, at: usize, meta: &FrameMeta, path: &Path) -> Result<usize> {
@@ -366,18 +402,31 @@ fn read_meta_len(buf: &Buffer, at: usize, meta: &FrameMeta, path: &Path) -> Resu
     Ok(len)
 }
 
-/// The byte range of the IPC body that each of the first `column_count` columns occupies.
-/// Only flat types are stored, so each column owns a fixed number of consecutive buffers.
-fn column_ranges(
-    message: &arrow_ipc::Message<'_>,
+/// Where one column's buffers sit in an IPC body.
+struct ColumnLayout {
+    rows: usize,
+    null_count: usize,
+    /// Validity, then offsets (variable-width types only), then values.
+    buffers: Vec<Range<usize>>,
+    /// The smallest range covering every non-empty buffer of the column.
+    range: Range<usize>,
+}
+
+/// The layout of each of the first `column_count` columns. Only flat types are stored,
+/// so each column owns one field node and a fixed number of consecutive buffers.
+fn column_layout(
+    batch: &arrow_ipc::RecordBatch<'_>,
     schema: &SchemaRef,
     column_count: usize,
-) -> Option<Vec<Range<usize>>> {
-    let batch = message.header_as_record_batch()?;
+) -> Option<Vec<ColumnLayout>> {
     let buffers = batch.buffers()?;
+    let nodes = batch.nodes()?;
+    if nodes.len() < column_count {
+        return None;
+    }
     let mut next = 0usize;
     let mut out = Vec::with_capacity(column_count);
-    for field in schema.fields().iter().take(column_count) {
+    for (i, field) in schema.fields().iter().take(column_count).enumerate() {
         let count = match field.data_type() {
             DataType::Utf8 | DataType::Binary => 3,
             _ => 2,
@@ -385,20 +434,37 @@ fn column_ranges(
         if next + count > buffers.len() {
             return None;
         }
+        let mut ranges = Vec::with_capacity(count);
         let mut range: Option<Range<usize>> = None;
-        for i in next..next + count {
-            let b = buffers.get(i);
-            if b.length() == 0 {
-                continue;
+        for j in next..next + count {
+            let b = buffers.get(j);
+            let (s, e) = (
+                usize::try_from(b.offset()).ok()?,
+                usize::try_from(b.offset().checked_add(b.length())?).ok()?,
+            );
+            ranges.push(s..e);
+            if s < e {
+                range = Some(match range {
+                    None => s..e,
+                    Some(r) => r.start.min(s)..r.end.max(e),
+                });
             }
-            let (s, e) = (b.offset() as usize, (b.offset() + b.length()) as usize);
-            range = Some(match range {
-                None => s..e,
-                Some(r) => r.start.min(s)..r.end.max(e),
-            });
         }
         next += count;
-        out.push(range.unwrap_or(0..0));
+        let range = range.unwrap_or(0..0);
+        // Empty buffers may point anywhere; anchor them inside the column's range.
+        for r in &mut ranges {
+            if r.start >= r.end {
+                *r = range.start..range.start;
+            }
+        }
+        let node = nodes.get(i);
+        out.push(ColumnLayout {
+            rows: usize::try_from(node.length()).ok()?,
+            null_count: usize::try_from(node.null_count()).ok()?,
+            buffers: ranges,
+            range,
+        });
     }
     Some(out)
 }
@@ -406,4 +472,115 @@ fn column_ranges(
 /// Path of a segment inside its log directory.
 pub(crate) fn segment_path(dir: &Path, base_offset: u64) -> PathBuf {
     dir.join(segment_file_name(base_offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{
+        ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array,
+        Float64Array, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    };
+    use arrow_schema::{Field, Schema};
+
+    use super::*;
+    use crate::table::ColumnType;
+
+    /// Every column type, with nulls, survives a frame round trip through both the whole
+    /// and the projected read paths, and columns added later read as nulls.
+    #[test]
+    fn every_type_round_trips_whole_and_projected() {
+        let types = [
+            ColumnType::Bool,
+            ColumnType::Int32,
+            ColumnType::Int64,
+            ColumnType::Float32,
+            ColumnType::Float64,
+            ColumnType::String,
+            ColumnType::Binary,
+            ColumnType::Date32,
+            ColumnType::TimestampUs,
+            ColumnType::Decimal {
+                precision: 20,
+                scale: 3,
+            },
+        ];
+        let fields: Vec<Field> = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Field::new(format!("c{i}"), t.to_arrow(), true))
+            .collect();
+        let n = 37;
+        let valid = |i: usize| i % 5 != 2;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(BooleanArray::from_iter(
+                (0..n).map(|i| valid(i).then_some(i % 3 == 0)),
+            )),
+            Arc::new(Int32Array::from_iter(
+                (0..n).map(|i| valid(i).then_some(i as i32 - 9)),
+            )),
+            Arc::new(Int64Array::from_iter(
+                (0..n).map(|i| valid(i).then_some(i as i64 * 1_000_003)),
+            )),
+            Arc::new(Float32Array::from_iter(
+                (0..n).map(|i| valid(i).then_some(i as f32 / 7.0)),
+            )),
+            Arc::new(Float64Array::from_iter(
+                (0..n).map(|i| valid(i).then_some(i as f64 / 3.0)),
+            )),
+            Arc::new(StringArray::from_iter(
+                (0..n).map(|i| valid(i).then(|| "é".repeat(i % 4))),
+            )),
+            Arc::new(BinaryArray::from_iter(
+                (0..n).map(|i| valid(i).then(|| vec![i as u8; i % 6])),
+            )),
+            Arc::new(Date32Array::from_iter(
+                (0..n).map(|i| valid(i).then_some(i as i32)),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter((0..n).map(|i| valid(i).then_some(i as i64)))
+                    .with_timezone(crate::table::UTC),
+            ),
+            Arc::new(
+                Decimal128Array::from_iter((0..n).map(|i| valid(i).then_some(i as i128 * -12345)))
+                    .with_precision_and_scale(20, 3)
+                    .unwrap(),
+            ),
+        ];
+        let frame_schema = Arc::new(Schema::new(fields.clone()));
+        let batch = RecordBatch::try_new(Arc::clone(&frame_schema), columns).unwrap();
+        let encoded = EncodedFrame::encode(&batch, 0, 0).unwrap();
+        let mut bytes = vec![0u8; 16]; // the frame need not start at byte 0
+        let mut meta = encoded.write_to(&mut bytes, 100, 1);
+        meta.position = 16;
+        let mut out = Vec::new();
+        out.extend_from_slice(&bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg.log");
+        std::fs::write(&path, &out).unwrap();
+        let file = File::open(&path).unwrap();
+
+        // The table has since gained a column.
+        let mut table_fields = fields;
+        table_fields.push(Field::new("added", DataType::Int64, true));
+        let table_schema = Arc::new(Schema::new(table_fields));
+        let all: Vec<usize> = (0..types.len()).collect();
+        let whole = read_frame(&file, &path, &meta, &table_schema, &all).unwrap();
+        assert_eq!(whole, batch);
+        for i in 0..types.len() {
+            let one = read_frame(&file, &path, &meta, &table_schema, &[i, types.len()]).unwrap();
+            assert_eq!(one.column(0), batch.column(i), "column {i}");
+            assert_eq!(one.column(1).null_count(), n, "added column reads as nulls");
+        }
+        let reversed: Vec<usize> = all.iter().rev().copied().collect();
+        let r = read_frame(&file, &path, &meta, &table_schema, &reversed).unwrap();
+        assert_eq!(r.column(0), batch.column(types.len() - 1));
+
+        // A damaged byte fails the whole-frame CRC.
+        let mut damaged = out.clone();
+        damaged[16 + HEADER_LEN + 40] ^= 1;
+        std::fs::write(&path, &damaged).unwrap();
+        let file = File::open(&path).unwrap();
+        let err = read_frame(&file, &path, &meta, &table_schema, &all).unwrap_err();
+        assert!(err.to_string().contains("fails its CRC"), "{err}");
+    }
 }

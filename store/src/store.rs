@@ -50,15 +50,16 @@ impl Store {
                     tracing::warn!(path = %table_dir.display(), "ignoring directory without {DEF_FILE}");
                     continue;
                 }
-                let text = std::fs::read_to_string(&def_path)
-                    .map_err(|e| StoreError::io(&def_path, e))?;
+                let text =
+                    std::fs::read_to_string(&def_path).map_err(|e| StoreError::io(&def_path, e))?;
                 let spec: TableSpec = serde_json::from_str(&text).map_err(|e| {
                     StoreError::corrupt(&def_path, format!("unreadable table definition: {e}"))
                 })?;
                 let def = TableDef::new(spec)
                     .map_err(|e| StoreError::corrupt(&def_path, e.to_string()))?;
                 let name = def.name().clone();
-                let table = HotTable::open(def, table_dir, options.log.clone(), Arc::clone(&metrics))?;
+                let table =
+                    HotTable::open(def, table_dir, options.log.clone(), Arc::clone(&metrics))?;
                 tables.insert(name, table);
             }
         }
@@ -101,7 +102,12 @@ impl Store {
             .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
         write_file_durable(&dir.join(DEF_FILE), &json)?;
         let name = def.name().clone();
-        let table = HotTable::open(def, dir, self.options.log.clone(), Arc::clone(&self.metrics))?;
+        let table = HotTable::open(
+            def,
+            dir,
+            self.options.log.clone(),
+            Arc::clone(&self.metrics),
+        )?;
         self.tables
             .write()
             .unwrap_or_else(|p| p.into_inner())

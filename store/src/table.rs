@@ -630,13 +630,31 @@ mod tests {
     #[test]
     fn bad_definitions_name_the_problem() {
         let cases: Vec<(serde_json::Value, &str)> = vec![
-            (serde_json::json!({"name": "../etc"}), "not a valid identifier"),
-            (serde_json::json!({"namespace": "Sales"}), "not a valid identifier"),
-            (serde_json::json!({"time_column": "nope"}), "time_column \"nope\""),
-            (serde_json::json!({"time_column": "order_id"}), "must have type timestamp_us"),
-            (serde_json::json!({"bucket_key": "amount"}), "must be declared \"nullable\": false"),
+            (
+                serde_json::json!({"name": "../etc"}),
+                "not a valid identifier",
+            ),
+            (
+                serde_json::json!({"namespace": "Sales"}),
+                "not a valid identifier",
+            ),
+            (
+                serde_json::json!({"time_column": "nope"}),
+                "time_column \"nope\"",
+            ),
+            (
+                serde_json::json!({"time_column": "order_id"}),
+                "must have type timestamp_us",
+            ),
+            (
+                serde_json::json!({"bucket_key": "amount"}),
+                "must be declared \"nullable\": false",
+            ),
             (serde_json::json!({"buckets": 0}), "buckets must be between"),
-            (serde_json::json!({"primary_key": ["order_id"]}), "must contain the bucket_key"),
+            (
+                serde_json::json!({"primary_key": ["order_id"]}),
+                "must contain the bucket_key",
+            ),
         ];
         for (patch, expected) in cases {
             let mut v = spec_json();
@@ -659,10 +677,17 @@ mod tests {
             }
         );
         assert!("decimal(40,2)".parse::<ColumnType>().is_err());
-        assert!("varchar".parse::<ColumnType>().unwrap_err().contains("unknown type"));
+        assert!(
+            "varchar"
+                .parse::<ColumnType>()
+                .unwrap_err()
+                .contains("unknown type")
+        );
         let mut v = spec_json();
         v["hot_retention"] = "soon".into();
-        let err = serde_json::from_value::<TableSpec>(v).unwrap_err().to_string();
+        let err = serde_json::from_value::<TableSpec>(v)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("bad duration"), "{err}");
     }
 }

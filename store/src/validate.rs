@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
 use arrow_schema::{DataType, TimeUnit};
 
 use crate::error::{Result, StoreError};
-use crate::table::{TableDef, UTC, WriteRule};
+use crate::table::{TableDef, UTC};
 
 /// Time-zone labels accepted as UTC for `timestamp_us` columns.
 const UTC_ALIASES: [&str; 5] = ["+00:00", "UTC", "Z", "Etc/UTC", "+0000"];
@@ -27,8 +27,7 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
         match def.spec().columns.iter().find(|c| &c.name == field.name()) {
             Some(_) => {}
             None => {
-                let known: Vec<&str> =
-                    def.spec().columns.iter().map(|c| c.name.as_str()).collect();
+                let known: Vec<&str> = def.spec().columns.iter().map(|c| c.name.as_str()).collect();
                 return Err(bad(format!(
                     "unknown column {:?}; the table has columns {}",
                     field.name(),
@@ -91,18 +90,15 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
         }
         columns.push(array);
     }
-    // Columns declared `drop` are accepted from the client and never stored.
-    debug_assert!(
-        def.spec()
-            .columns
-            .iter()
-            .filter(|c| c.write == WriteRule::Drop)
-            .all(|c| schema.index_of(&c.name).is_err())
-    );
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// The time column of a normalized batch.
-pub(crate) fn time_values<'a>(def: &TableDef, batch: &'a RecordBatch) -> &'a TimestampMicrosecondArray {
-    batch.column(def.time_index()).as_primitive::<TimestampMicrosecondType>()
+pub(crate) fn time_values<'a>(
+    def: &TableDef,
+    batch: &'a RecordBatch,
+) -> &'a TimestampMicrosecondArray {
+    batch
+        .column(def.time_index())
+        .as_primitive::<TimestampMicrosecondType>()
 }

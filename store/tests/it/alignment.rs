@@ -9,8 +9,8 @@ use arrow_array::{
     ArrayRef, BinaryArray, Date32Array, Decimal128Array, Int32Array, Int64Array, StringArray,
     TimestampMicrosecondArray,
 };
+use hotgate_store::ScanRequest;
 use hotgate_store::bucket::{buckets_of, day_of_micros};
-use hotgate_store::{ScanRequest};
 use iceberg::spec::Transform;
 use iceberg::transform::create_transform_function;
 use rand::{Rng, SeedableRng};
@@ -20,32 +20,57 @@ use crate::common::*;
 fn iceberg_buckets(keys: &ArrayRef, n: u32) -> Vec<u32> {
     let f = create_transform_function(&Transform::Bucket(n)).unwrap();
     let out = f.transform(Arc::clone(keys)).unwrap();
-    out.as_primitive::<Int32Type>().values().iter().map(|v| *v as u32).collect()
+    out.as_primitive::<Int32Type>()
+        .values()
+        .iter()
+        .map(|v| *v as u32)
+        .collect()
 }
 
 fn random_keys(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<(&'static str, ArrayRef)> {
     let strings: Vec<String> = (0..n)
         .map(|_| {
             let len = rng.random_range(0..40);
-            (0..len).map(|_| rng.random_range(' '..='~')).collect::<String>() + "é"
+            (0..len)
+                .map(|_| rng.random_range(' '..='~'))
+                .collect::<String>()
+                + "é"
         })
         .collect();
     let binaries: Vec<Vec<u8>> = (0..n)
         .map(|_| (0..rng.random_range(0..40)).map(|_| rng.random()).collect())
         .collect();
     vec![
-        ("int", Arc::new(Int32Array::from((0..n).map(|_| rng.random()).collect::<Vec<i32>>())) as ArrayRef),
-        ("long", Arc::new(Int64Array::from((0..n).map(|_| rng.random()).collect::<Vec<i64>>()))),
+        (
+            "int",
+            Arc::new(Int32Array::from(
+                (0..n).map(|_| rng.random()).collect::<Vec<i32>>(),
+            )) as ArrayRef,
+        ),
+        (
+            "long",
+            Arc::new(Int64Array::from(
+                (0..n).map(|_| rng.random()).collect::<Vec<i64>>(),
+            )),
+        ),
         ("string", Arc::new(StringArray::from(strings))),
         (
             "date",
-            Arc::new(Date32Array::from((0..n).map(|_| rng.random_range(-40_000..40_000)).collect::<Vec<i32>>())),
+            Arc::new(Date32Array::from(
+                (0..n)
+                    .map(|_| rng.random_range(-40_000..40_000))
+                    .collect::<Vec<i32>>(),
+            )),
         ),
         (
             "timestamp",
             Arc::new(
-                TimestampMicrosecondArray::from((0..n).map(|_| rng.random_range(-(1i64 << 52)..(1i64 << 52))).collect::<Vec<i64>>())
-                    .with_timezone("+00:00"),
+                TimestampMicrosecondArray::from(
+                    (0..n)
+                        .map(|_| rng.random_range(-(1i64 << 52)..(1i64 << 52)))
+                        .collect::<Vec<i64>>(),
+                )
+                .with_timezone("+00:00"),
             ),
         ),
         (
@@ -60,7 +85,11 @@ fn random_keys(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<(&'static str, Arr
                         .map(|i| {
                             // Cover small, negative and wide values, and sign boundaries.
                             let v: i128 = rng.random::<i64>() as i128 >> rng.random_range(0..63);
-                            if i % 10 == 0 { -(128i128 << (i % 100)) } else { v }
+                            if i % 10 == 0 {
+                                -(128i128 << (i % 100))
+                            } else {
+                                v
+                            }
                         })
                         .collect::<Vec<i128>>(),
                 )
@@ -78,7 +107,10 @@ fn buckets_match_iceberg_for_every_key_type() {
         for (name, keys) in random_keys(&mut rng, 2000) {
             let ours = buckets_of(&keys, n).unwrap();
             let theirs = iceberg_buckets(&keys, n);
-            assert_eq!(ours, theirs, "bucket[{n}] of {name} keys differs from iceberg-rust");
+            assert_eq!(
+                ours, theirs,
+                "bucket[{n}] of {name} keys differs from iceberg-rust"
+            );
         }
     }
 }
@@ -86,8 +118,11 @@ fn buckets_match_iceberg_for_every_key_type() {
 #[test]
 fn day_partition_matches_iceberg() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let ts: Vec<i64> = (0..5000).map(|_| rng.random_range(-(1i64 << 50)..(1i64 << 50))).collect();
-    let array: ArrayRef = Arc::new(TimestampMicrosecondArray::from(ts.clone()).with_timezone("+00:00"));
+    let ts: Vec<i64> = (0..5000)
+        .map(|_| rng.random_range(-(1i64 << 50)..(1i64 << 50)))
+        .collect();
+    let array: ArrayRef =
+        Arc::new(TimestampMicrosecondArray::from(ts.clone()).with_timezone("+00:00"));
     let f = create_transform_function(&Transform::Day).unwrap();
     let days = f.transform(array).unwrap();
     let theirs = days.as_primitive::<Date32Type>().values();
@@ -110,8 +145,14 @@ async fn stored_rows_sit_in_their_iceberg_partition() {
         let scanned = scanned.unwrap();
         let keys = Arc::clone(scanned.batch.column_by_name("customer").unwrap());
         let ts = scanned.batch.column_by_name("ts").unwrap().clone();
-        let days = create_transform_function(&Transform::Day).unwrap().transform(ts).unwrap();
-        for (b, d) in iceberg_buckets(&keys, 5).iter().zip(days.as_primitive::<Date32Type>().values()) {
+        let days = create_transform_function(&Transform::Day)
+            .unwrap()
+            .transform(ts)
+            .unwrap();
+        for (b, d) in iceberg_buckets(&keys, 5)
+            .iter()
+            .zip(days.as_primitive::<Date32Type>().values())
+        {
             assert_eq!(*b, scanned.log.bucket);
             assert_eq!(Some(*d), scanned.log.day);
             seen += 1;

@@ -33,7 +33,11 @@ pub fn input_schema() -> Arc<Schema> {
         Field::new("id", DataType::Int64, false),
         Field::new("customer", DataType::Utf8, false),
         Field::new("note", DataType::Utf8, true),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
     ]))
 }
 
@@ -74,7 +78,12 @@ pub fn all_ids(store: &Store) -> Vec<i64> {
     let mut ids = Vec::new();
     for b in scan {
         let b = b.unwrap();
-        let col = b.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let col = b
+            .batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         ids.extend(col.values().iter().copied());
     }
     ids

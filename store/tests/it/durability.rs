@@ -31,17 +31,26 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
     let store = open(pristine.path()).await;
     store.create_table(events_spec(1)).await.unwrap();
     for k in 0..4 {
-        store.append(&events_name(), &events(k * 3..k * 3 + 3, |i| T0 + i)).await.unwrap();
+        store
+            .append(&events_name(), &events(k * 3..k * 3 + 3, |i| T0 + i))
+            .await
+            .unwrap();
     }
     let files = segment_files(pristine.path());
     assert_eq!(files.len(), 1);
     let before_last = std::fs::metadata(&files[0]).unwrap().len();
-    store.append(&events_name(), &events(12..15, |i| T0 + i)).await.unwrap();
+    store
+        .append(&events_name(), &events(12..15, |i| T0 + i))
+        .await
+        .unwrap();
     let full = std::fs::metadata(&files[0]).unwrap().len();
     store.close().await;
     drop(store);
     assert!(full > before_last);
-    let rel = files[0].strip_prefix(pristine.path()).unwrap().to_path_buf();
+    let rel = files[0]
+        .strip_prefix(pristine.path())
+        .unwrap()
+        .to_path_buf();
 
     let mut cases: Vec<Box<dyn Fn(&Path)>> = Vec::new();
     for cut in before_last..full {
@@ -51,7 +60,12 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         }));
     }
     // A complete last frame whose bytes were damaged is cut too.
-    for at in [before_last + 2, before_last + 30, (before_last + full) / 2, full - 1] {
+    for at in [
+        before_last + 2,
+        before_last + 30,
+        (before_last + full) / 2,
+        full - 1,
+    ] {
         cases.push(Box::new(move |seg: &Path| {
             let mut bytes = std::fs::read(seg).unwrap();
             bytes[at as usize] ^= 0x40;
@@ -64,16 +78,27 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         damage(&dir.path().join(&rel));
         let store = open(dir.path()).await;
         let ids = all_ids(&store);
-        assert_eq!(ids, (0..12).collect::<Vec<_>>(), "case {i}: half-written frame served or data lost");
+        assert_eq!(
+            ids,
+            (0..12).collect::<Vec<_>>(),
+            "case {i}: half-written frame served or data lost"
+        );
         // Appends continue right after the last whole frame.
-        let r = store.append(&events_name(), &events(100..101, |_| T0)).await.unwrap();
+        let r = store
+            .append(&events_name(), &events(100..101, |_| T0))
+            .await
+            .unwrap();
         assert_eq!(r.parts[0].start_offset, 12, "case {i}");
         store.close().await;
         drop(store);
         let store = open(dir.path()).await;
         let mut ids = all_ids(&store);
         ids.sort();
-        assert_eq!(ids, (0..12).chain(100..101).collect::<Vec<_>>(), "case {i} after reopen");
+        assert_eq!(
+            ids,
+            (0..12).chain(100..101).collect::<Vec<_>>(),
+            "case {i} after reopen"
+        );
         store.close().await;
     }
 }
@@ -90,7 +115,11 @@ fn kill9_child() {
         return;
     };
     let base: i64 = std::env::var(CHILD_BASE_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let store = Arc::new(open(Path::new(&dir)).await);
         store.create_table(events_spec(3)).await.unwrap();
@@ -103,7 +132,10 @@ fn kill9_child() {
                     let deadline = Instant::now() + Duration::from_secs(120);
                     while Instant::now() < deadline {
                         let n = 1 + (next % 37);
-                        store.append(&events_name(), &events(next..next + n, |i| T0 + i)).await.unwrap();
+                        store
+                            .append(&events_name(), &events(next..next + n, |i| T0 + i))
+                            .await
+                            .unwrap();
                         // Only now is the row acknowledged.
                         let mut o = out.lock().unwrap();
                         writeln!(o, "ACK {next} {n}").unwrap();
@@ -126,7 +158,14 @@ async fn kill_9_loses_no_acknowledged_row() {
     let mut rng = rand::rng();
     for round in 0..5i64 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["durability::kill9_child", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+            .args([
+                "durability::kill9_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(CHILD_DIR_ENV, dir.path())
             .env(CHILD_BASE_ENV, (round * 1_000_000_000).to_string())
             .stdout(Stdio::piped())
@@ -146,8 +185,16 @@ async fn kill_9_loses_no_acknowledged_row() {
         // Wait until the child is appending, then kill it at a random moment.
         let mut lines = Vec::new();
         let start = Instant::now();
-        while lines.iter().filter(|l: &&String| l.starts_with("ACK")).count() < 5 {
-            assert!(start.elapsed() < Duration::from_secs(120), "child never acknowledged an append");
+        while lines
+            .iter()
+            .filter(|l: &&String| l.starts_with("ACK"))
+            .count()
+            < 5
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "child never acknowledged an append"
+            );
             if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
                 lines.push(l);
             }
@@ -162,8 +209,12 @@ async fn kill_9_loses_no_acknowledged_row() {
             if parts.next() != Some("ACK") {
                 continue;
             }
-            let (Some(first), Some(n)) = (parts.next(), parts.next()) else { continue };
-            let (Ok(first), Ok(n)) = (first.parse::<i64>(), n.parse::<i64>()) else { continue };
+            let (Some(first), Some(n)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let (Ok(first), Ok(n)) = (first.parse::<i64>(), n.parse::<i64>()) else {
+                continue;
+            };
             acked.extend(first..first + n);
         }
 
@@ -177,9 +228,19 @@ async fn kill_9_loses_no_acknowledged_row() {
         let dupes: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
         assert!(dupes.is_empty(), "round {round}: duplicated rows {dupes:?}");
         let present: HashSet<i64> = ids.into_iter().collect();
-        let missing: Vec<_> = acked.iter().filter(|id| !present.contains(id)).take(5).collect();
-        assert!(missing.is_empty(), "round {round}: acknowledged rows lost: {missing:?}");
+        let missing: Vec<_> = acked
+            .iter()
+            .filter(|id| !present.contains(id))
+            .take(5)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: acknowledged rows lost: {missing:?}"
+        );
         store.close().await;
     }
-    assert!(acked.len() > 25, "the child acknowledged too little to prove anything");
+    assert!(
+        acked.len() > 25,
+        "the child acknowledged too little to prove anything"
+    );
 }

@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use arrow_select::concat::concat_batches;
 use hotgate_store::{ErrorKind, LogId, ScanRequest, TableName};
@@ -18,8 +20,20 @@ async fn round_trip_survives_restart() {
     let batch = events(0..1000, |i| T0 + i * 1_000);
     let result = store.append(&events_name(), &batch).await.unwrap();
     assert_eq!(result.rows, 1000);
-    assert_eq!(result.parts.iter().map(|p| p.end_offset - p.start_offset).sum::<u64>(), 1000);
-    assert!(result.parts.iter().all(|p| p.partition == "2026-11-30" && p.bucket < 4));
+    assert_eq!(
+        result
+            .parts
+            .iter()
+            .map(|p| p.end_offset - p.start_offset)
+            .sum::<u64>(),
+        1000
+    );
+    assert!(
+        result
+            .parts
+            .iter()
+            .all(|p| p.partition == "2026-11-30" && p.bucket < 4)
+    );
     store.close().await;
     drop(store);
 
@@ -39,20 +53,37 @@ async fn round_trip_survives_restart() {
         let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         let cust = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
         let note = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
-        let ts = b.column(3).as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        let ts = b
+            .column(3)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
         let mut v: Vec<_> = (0..b.num_rows())
-            .map(|i| (ids.value(i), cust.value(i).to_owned(), note.is_valid(i).then(|| note.value(i).to_owned()), ts.value(i)))
+            .map(|i| {
+                (
+                    ids.value(i),
+                    cust.value(i).to_owned(),
+                    note.is_valid(i).then(|| note.value(i).to_owned()),
+                    ts.value(i),
+                )
+            })
             .collect();
         v.sort();
         v
     };
     assert_eq!(rows(&all), rows(&batch));
     // The stored schema carries the Iceberg field ids and the canonical UTC zone.
-    assert_eq!(all.schema().field(3).data_type(), &DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())));
+    assert_eq!(
+        all.schema().field(3).data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+    );
     assert_eq!(all.schema().field(0).metadata()["PARQUET:field_id"], "1");
 
     // Offsets continue after a restart.
-    let again = store.append(&events_name(), &events(1000..1001, |_| T0)).await.unwrap();
+    let again = store
+        .append(&events_name(), &events(1000..1001, |_| T0))
+        .await
+        .unwrap();
     let part = &again.parts[0];
     assert_eq!(part.start_offset, table.end_offsets()[&part.log] - 1);
     assert!(part.start_offset > 0);
@@ -67,11 +98,17 @@ async fn offsets_are_contiguous_per_log() {
     let mut by_log: BTreeMap<LogId, Vec<(u64, u64)>> = BTreeMap::new();
     for round in 0..20 {
         let r = store
-            .append(&events_name(), &events(round * 50..round * 50 + 50, |i| T0 + i))
+            .append(
+                &events_name(),
+                &events(round * 50..round * 50 + 50, |i| T0 + i),
+            )
             .await
             .unwrap();
         for p in r.parts {
-            by_log.entry(p.log).or_default().push((p.start_offset, p.end_offset));
+            by_log
+                .entry(p.log)
+                .or_default()
+                .push((p.start_offset, p.end_offset));
         }
     }
     let table = store.table(&events_name()).unwrap();
@@ -101,7 +138,10 @@ async fn offsets_are_contiguous_per_log() {
 fn expect_invalid(err: hotgate_store::StoreError, needle: &str) {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     let msg = err.to_string();
-    assert!(msg.contains(needle), "error {msg:?} should mention {needle:?}");
+    assert!(
+        msg.contains(needle),
+        "error {msg:?} should mention {needle:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,17 +150,26 @@ async fn bad_batches_are_refused_and_write_nothing() {
     let store = open(dir.path()).await;
     store.create_table(events_spec(2)).await.unwrap();
     let good = events(0..10, |i| T0 + i);
-    let ts = || Arc::new(TimestampMicrosecondArray::from(vec![T0; 2]).with_timezone("UTC")) as ArrayRef;
+    let ts =
+        || Arc::new(TimestampMicrosecondArray::from(vec![T0; 2]).with_timezone("UTC")) as ArrayRef;
 
     // Wrong type: id as int32.
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int32, false),
         Field::new("customer", DataType::Utf8, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
     ]));
     let b = RecordBatch::try_new(
         schema,
-        vec![Arc::new(Int32Array::from(vec![1, 2])), Arc::new(StringArray::from(vec!["a", "b"])), ts()],
+        vec![
+            Arc::new(Int32Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec!["a", "b"])),
+            ts(),
+        ],
     )
     .unwrap();
     let err = store.append(&events_name(), &b).await.unwrap_err();
@@ -130,15 +179,26 @@ async fn bad_batches_are_refused_and_write_nothing() {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("customer", DataType::Utf8, true),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
     ]));
     let b = RecordBatch::try_new(
         Arc::clone(&schema),
-        vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(StringArray::from(vec![Some("a"), None])), ts()],
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2])),
+            Arc::new(StringArray::from(vec![Some("a"), None])),
+            ts(),
+        ],
     )
     .unwrap();
     let err = store.append(&events_name(), &b).await.unwrap_err();
-    expect_invalid(err, "bucket key \"customer\" is not nullable but row 1 is null");
+    expect_invalid(
+        err,
+        "bucket key \"customer\" is not nullable but row 1 is null",
+    );
 
     // A missing time column.
     let b = good.project(&[0, 1, 2]).unwrap();
@@ -150,7 +210,11 @@ async fn bad_batches_are_refused_and_write_nothing() {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("customer", DataType::Utf8, false),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                false,
+            ),
         ])),
         vec![
             Arc::new(Int64Array::from(vec![1])),
@@ -163,7 +227,12 @@ async fn bad_batches_are_refused_and_write_nothing() {
     expect_invalid(err, "time zone UTC");
 
     // An unknown column.
-    let mut fields: Vec<Field> = good.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut fields: Vec<Field> = good
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     fields.push(Field::new("extra", DataType::Utf8, true));
     let mut cols = good.columns().to_vec();
     cols.push(Arc::new(StringArray::from(vec![Some("x"); 10])));
@@ -211,7 +280,10 @@ async fn concurrent_appends_lose_and_duplicate_nothing() {
     let mut by_log: BTreeMap<LogId, Vec<(u64, u64)>> = BTreeMap::new();
     for t in tasks {
         for p in t.await.unwrap() {
-            by_log.entry(p.log).or_default().push((p.start_offset, p.end_offset));
+            by_log
+                .entry(p.log)
+                .or_default()
+                .push((p.start_offset, p.end_offset));
         }
     }
     // Acknowledged offset ranges tile each log exactly.

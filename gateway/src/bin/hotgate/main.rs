@@ -29,7 +29,10 @@ fn main() -> ExitCode {
             }
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("hotgate: cannot start the runtime: {e}");
@@ -40,10 +43,14 @@ fn main() -> ExitCode {
 }
 
 async fn serve(data_dir: PathBuf) -> ExitCode {
-    let store = match hotgate_store::Store::open(&data_dir, hotgate_store::StoreOptions::default()) {
+    let store = match hotgate_store::Store::open(&data_dir, hotgate_store::StoreOptions::default())
+    {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("hotgate: cannot open the store in {}: {e}", data_dir.display());
+            eprintln!(
+                "hotgate: cannot open the store in {}: {e}",
+                data_dir.display()
+            );
             return ExitCode::FAILURE;
         }
     };
