@@ -1,9 +1,26 @@
 //! hotgate-gateway: Flight, Flight SQL and HTTP, query planning, audit and orchestration.
 //!
 //! Owns: the `hotgate` binary, authentication, per-command authorization, DataFusion
-//! planning over both tiers, the audit log and the schedulers that drive tiering,
-//! retention and deletion.
-//! Must not touch: segment files, Parquet files or policy internals directly; it goes
-//! through `hotgate-store`, `hotgate-tiering` and `hotgate-policy`.
+//! planning over the hot tier (and later the cold tier), metrics, and the server's
+//! lifecycle.
+//! Must not touch: segment files or policy internals directly; it goes through
+//! `hotgate-store` and `hotgate-policy`.
 //!
-//! Empty for now: the data-plane issue fills it in.
+//! ```text
+//! server ── flight (FlightService) ─┬─ ticket (JSON commands) ── planner (DataFusion)
+//!        └─ http (axum)            ─┴─ auth (Authenticator, Authorizer) ── state
+//! ```
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod flight;
+pub mod http;
+pub mod metrics;
+pub mod planner;
+pub mod server;
+pub mod state;
+pub mod ticket;
+
+pub use config::Config;
+pub use error::GatewayError;

@@ -1,4 +1,5 @@
-//! hotgate-tests: cross-crate and end-to-end tests against the real binary and real
-//! clients, plus the `hotgate-bench` programs.
+//! hotgate-tests: cross-crate checks and the `hotgate-bench` program.
 //!
-//! Empty for now: the data-plane issue adds the first end-to-end tests.
+//! The end-to-end tests of the binary live in `gateway/tests/e2e` (Cargo builds the
+//! `hotgate` binary only for its own package's tests); the Python client tests live in
+//! `tests/python` and run from there. This crate holds `hotgate-bench`.

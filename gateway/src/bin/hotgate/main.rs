@@ -1,77 +1,105 @@
 //! `hotgate`: a thin command line over the gateway library.
-//!
-//! Today only `serve` exists, and it only opens the hot store (recovering every table)
-//! and holds it until SIGINT or SIGTERM. Flight, HTTP, tokens and the embedded issuer
-//! arrive with the data-plane issue.
+
+mod serve;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: hotgate serve [--data-dir DIR]";
+use clap::{Parser, Subcommand};
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut data_dir = PathBuf::from("./hotgate-data");
-    match args.first().map(String::as_str) {
-        Some("serve") => {}
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
-    let mut rest = args[1..].iter();
-    while let Some(arg) = rest.next() {
-        match (arg.as_str(), rest.next()) {
-            ("--data-dir", Some(dir)) => data_dir = PathBuf::from(dir),
-            _ => {
-                eprintln!("hotgate: unexpected argument {arg:?}\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hotgate: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(serve(data_dir))
+#[derive(Debug, Parser)]
+#[command(
+    name = "hotgate",
+    version,
+    about = "A governance-aware hot tier for an Iceberg lakehouse"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-async fn serve(data_dir: PathBuf) -> ExitCode {
-    let store = match hotgate_store::Store::open(&data_dir, hotgate_store::StoreOptions::default())
-    {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!(
-                "hotgate: cannot open the store in {}: {e}",
-                data_dir.display()
-            );
-            return ExitCode::FAILURE;
+/// Options every command shares: where the configuration comes from.
+#[derive(Debug, clap::Args)]
+struct ConfigArgs {
+    /// A TOML configuration file; without one, the embedded all-local default.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Overrides `data_dir`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway (Flight and HTTP) until SIGINT or SIGTERM.
+    Serve {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Overrides `flight_addr` (HOST:PORT).
+        #[arg(long)]
+        flight_addr: Option<std::net::SocketAddr>,
+        /// Overrides `http_addr` (HOST:PORT).
+        #[arg(long)]
+        http_addr: Option<std::net::SocketAddr>,
+    },
+    /// Print a token from the embedded issuer.
+    Token {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The principal name (`sub`).
+        #[arg(long)]
+        sub: String,
+        /// A principal role to activate; repeat for several, `ALL` for every one.
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// How long the token is valid, e.g. 15m, 1h.
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+    },
+}
+
+impl ConfigArgs {
+    fn load(&self) -> Result<hotgate_gateway::Config, String> {
+        let mut config =
+            hotgate_gateway::Config::load(self.config.as_deref()).map_err(|e| e.to_string())?;
+        if let Some(dir) = &self.data_dir {
+            config.data_dir = dir.clone();
         }
-    };
-    eprintln!(
-        "hotgate: hot store open in {} with {} table(s); Flight and HTTP are not built yet. \
-         Stop with Ctrl-C or SIGTERM.",
-        data_dir.display(),
-        store.tables().len()
-    );
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("hotgate: cannot listen for SIGTERM: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        Ok(config)
     }
-    store.close().await;
-    eprintln!("hotgate: stopped cleanly");
-    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve {
+            config,
+            flight_addr,
+            http_addr,
+        } => config.load().and_then(|mut c| {
+            if let Some(a) = flight_addr {
+                c.flight_addr = a;
+            }
+            if let Some(a) = http_addr {
+                c.http_addr = a;
+            }
+            serve::serve(c)
+        }),
+        Command::Token {
+            config,
+            sub,
+            roles,
+            ttl,
+        } => config
+            .load()
+            .and_then(|c| token::token(&c, &sub, &roles, ttl)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hotgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,159 @@
+//! Gateway configuration: TOML, then `HOTGATE_*` environment overrides, then command-line
+//! flags. Unknown keys and unknown `HOTGATE_*` variables are errors, so a typo never
+//! silently falls back to a default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Environment variables read by hotgate that are not configuration keys.
+const NON_CONFIG_ENV: [&str; 1] = ["HOTGATE_LOG"];
+
+/// The whole configuration. Every field has a default: the embedded, all-local setup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where tables, segments and the embedded issuer's key live.
+    pub data_dir: PathBuf,
+    /// Arrow Flight (gRPC) listen address.
+    pub flight_addr: SocketAddr,
+    /// HTTP (JSON admin, health, metrics) listen address.
+    pub http_addr: SocketAddr,
+    pub auth: AuthConfig,
+}
+
+/// How callers are authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Expected `iss` claim.
+    pub issuer: String,
+    /// Expected `aud` claim.
+    pub audience: String,
+    /// A JWKS file of an external issuer (RS256/ES256 keys). When set, tokens are checked
+    /// against it instead of the embedded HS256 issuer.
+    pub jwks_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./hotgate-data"),
+            flight_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            auth: AuthConfig::default(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            issuer: "hotgate".into(),
+            audience: "hotgate".into(),
+            jwks_file: None,
+        }
+    }
+}
+
+/// A configuration problem, naming the file, key or variable.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {0}")]
+pub struct ConfigError(String);
+
+impl Config {
+    /// Loads `file` (or the defaults without one), then applies the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = match file {
+            None => Config::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+                toml::from_str(&text)
+                    .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?
+            }
+        };
+        config.apply_env(std::env::vars())?;
+        Ok(config)
+    }
+
+    /// Applies `HOTGATE_<KEY>` overrides; nested keys join with `_`
+    /// (`HOTGATE_AUTH_ISSUER`).
+    pub fn apply_env(
+        &mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), ConfigError> {
+        for (key, value) in vars {
+            let Some(name) = key.strip_prefix("HOTGATE_") else {
+                continue;
+            };
+            if NON_CONFIG_ENV.contains(&key.as_str()) {
+                continue;
+            }
+            let addr = |v: &str| {
+                v.parse::<SocketAddr>()
+                    .map_err(|e| ConfigError(format!("{key}={v:?} is not HOST:PORT ({e})")))
+            };
+            match name {
+                "DATA_DIR" => self.data_dir = PathBuf::from(&value),
+                "FLIGHT_ADDR" => self.flight_addr = addr(&value)?,
+                "HTTP_ADDR" => self.http_addr = addr(&value)?,
+                "AUTH_ISSUER" => self.auth.issuer = value,
+                "AUTH_AUDIENCE" => self.auth.audience = value,
+                "AUTH_JWKS_FILE" => self.auth.jwks_file = Some(PathBuf::from(value)),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
+                         HOTGATE_FLIGHT_ADDR, HOTGATE_HTTP_ADDR, HOTGATE_AUTH_ISSUER, \
+                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_LOG"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The embedded issuer's key file.
+    pub fn issuer_key_path(&self) -> PathBuf {
+        self.data_dir.join("issuer.hs256.key")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_env_and_unknown_keys() {
+        let c: Config = toml::from_str(
+            "data_dir = \"/d\"\nflight_addr = \"0.0.0.0:1\"\n[auth]\nissuer = \"idp\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/d"));
+        assert_eq!(c.auth.issuer, "idp");
+        assert_eq!(c.auth.audience, "hotgate");
+        assert_eq!(c.http_addr, Config::default().http_addr);
+        let err = toml::from_str::<Config>("data_dri = \"/d\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `data_dri`"), "{err}");
+
+        let mut c = Config::default();
+        c.apply_env([
+            ("HOTGATE_HTTP_ADDR".to_owned(), "127.0.0.1:9".to_owned()),
+            ("HOTGATE_LOG".to_owned(), "debug".to_owned()),
+            ("PATH".to_owned(), "/bin".to_owned()),
+        ])
+        .unwrap();
+        assert_eq!(c.http_addr.port(), 9);
+        let err = c
+            .apply_env([("HOTGATE_HTTP_ADRR".to_owned(), "x".to_owned())])
+            .unwrap_err();
+        assert!(err.to_string().contains("HOTGATE_HTTP_ADRR"));
+        let err = c
+            .apply_env([("HOTGATE_FLIGHT_ADDR".to_owned(), "nope".to_owned())])
+            .unwrap_err();
+        assert!(err.to_string().contains("not HOST:PORT"));
+    }
+}

@@ -1,0 +1,567 @@
+//! The Arrow Flight service. Each method authenticates through the interceptor (which
+//! puts the [`Principal`] in the request extensions), decodes its ticket or descriptor,
+//! then authorizes the privilege that command needs on that table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_descriptor::DescriptorType;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use arrow_ipc::writer::IpcWriteOptions;
+use arrow_schema::SchemaRef;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use hotgate_policy::Principal;
+use hotgate_store::{HotTable, LogId, ScanRequest, TableName};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::auth::Privilege;
+use crate::error::{GatewayError, Result};
+use crate::planner::plan_scan;
+use crate::state::GatewayState;
+use crate::ticket::{self, Changelog, ChangelogStart, Command, Scan, TicketJson};
+
+/// Most endpoints GetFlightInfo splits a table into.
+const MAX_ENDPOINTS: u32 = 4;
+
+type BatchStream = BoxStream<'static, Result<RecordBatch>>;
+
+/// hotgate's `FlightService`.
+#[derive(Debug, Clone)]
+pub struct HotgateFlight {
+    state: Arc<GatewayState>,
+}
+
+impl HotgateFlight {
+    pub fn new(state: Arc<GatewayState>) -> Self {
+        Self { state }
+    }
+
+    fn principal<T>(&self, request: &Request<T>) -> Result<Principal> {
+        request
+            .extensions()
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| {
+                GatewayError::Unauthenticated("no authenticated principal on the call".into())
+            })
+    }
+
+    fn table_for(
+        &self,
+        principal: &Principal,
+        privilege: Privilege,
+        name: &TableName,
+    ) -> Result<Arc<HotTable>> {
+        self.state
+            .authz
+            .authorize(principal, privilege, Some(name))?;
+        Ok(self.state.store.table(name)?)
+    }
+
+    /// Counts the error, logs it, and turns it into a status.
+    fn fail(&self, method: &str, e: GatewayError) -> Status {
+        self.state
+            .metrics
+            .errors
+            .with_label_values(&[e.code()])
+            .inc();
+        tracing::debug!(method, code = e.code(), "request failed: {e}");
+        e.into()
+    }
+
+    async fn open_read(&self, command: Command) -> Result<(SchemaRef, BatchStream, &'static str)> {
+        match command {
+            Command::Scan(scan) => {
+                let table = self.state.store.table(&scan.table)?;
+                let df = plan_scan(table, &scan).await?;
+                let schema = Arc::new(df.schema().as_arrow().clone());
+                let stream = df.execute_stream().await?;
+                Ok((schema, stream.map_err(GatewayError::from).boxed(), "scan"))
+            }
+            Command::Changelog(c) => {
+                let table = self.state.store.table(&c.table)?;
+                let (schema, stream) = changelog(table, c, self.state.shutdown.clone())?;
+                Ok((schema, stream, "changelog"))
+            }
+            Command::Lookup { table } => Err(GatewayError::InvalidArgument(format!(
+                "lookup: {table} is a log table; lookups need a primary-key table"
+            ))),
+        }
+    }
+
+    async fn do_get_inner(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
+        let principal = self.principal(&request)?;
+        let command = ticket::parse(&request.get_ref().ticket)?;
+        self.table_for(&principal, Privilege::TableReadData, command.table())?;
+        let started = Instant::now();
+        let (schema, batches, kind) = self.open_read(command).await?;
+        let timer = ReadTimer {
+            histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
+            started,
+        };
+        let errors = self.state.metrics.errors.clone();
+        let encoded = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches.map_err(|e| FlightError::ExternalError(Box::new(e))))
+            .map(move |item| {
+                let _ = &timer; // observed when the stream is dropped
+                item.map_err(|e| {
+                    let status = flight_error_to_status(e);
+                    errors.with_label_values(&[code_name(status.code())]).inc();
+                    status
+                })
+            });
+        Ok(encoded.boxed())
+    }
+
+    fn command_of(&self, descriptor: &FlightDescriptor) -> Result<Command> {
+        match descriptor.r#type() {
+            DescriptorType::Cmd => ticket::parse(&descriptor.cmd),
+            DescriptorType::Path => {
+                let name = table_of_path(&descriptor.path)?;
+                Ok(Command::Scan(Scan {
+                    table: name,
+                    columns: None,
+                    filter: None,
+                    since: None,
+                    until: None,
+                    limit: None,
+                    buckets: None,
+                }))
+            }
+            DescriptorType::Unknown => Err(GatewayError::InvalidArgument(
+                "descriptor: set a path [namespace, table] or a JSON command".into(),
+            )),
+        }
+    }
+
+    async fn flight_info(
+        &self,
+        principal: &Principal,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo> {
+        let command = self.command_of(&descriptor)?;
+        let table = self.table_for(
+            &principal.clone(),
+            Privilege::TableReadData,
+            command.table(),
+        )?;
+        let (schema, tickets) = match command {
+            Command::Scan(scan) => {
+                let df = plan_scan(Arc::clone(&table), &scan).await?;
+                let schema = df.schema().as_arrow().clone();
+                let buckets: Vec<u32> = scan
+                    .buckets
+                    .clone()
+                    .unwrap_or_else(|| (0..table.def().buckets()).collect());
+                let groups = (buckets.len() as u32).clamp(1, MAX_ENDPOINTS) as usize;
+                let tickets = (0..groups)
+                    .map(|g| {
+                        let mine: Vec<u32> =
+                            buckets.iter().skip(g).step_by(groups).copied().collect();
+                        scan_ticket(&scan, Some(mine))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                (schema, tickets)
+            }
+            other => {
+                let (schema, _, _) = self.open_read(other).await?;
+                let cmd = match descriptor.r#type() {
+                    DescriptorType::Cmd => descriptor.cmd.to_vec(),
+                    _ => serde_json::to_vec(&TicketJson {
+                        table: table.def().name().to_string(),
+                        ..Default::default()
+                    })
+                    .map_err(|e| GatewayError::Internal(e.to_string()))?,
+                };
+                (schema.as_ref().clone(), vec![cmd])
+            }
+        };
+        let mut info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| GatewayError::Internal(e.to_string()))?
+            .with_descriptor(descriptor);
+        for t in tickets {
+            info = info.with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(t)));
+        }
+        Ok(info)
+    }
+
+    async fn do_put_inner(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
+        let principal = self.principal(&request)?;
+        let mut input = request.into_inner();
+        let first = input
+            .message()
+            .await
+            .map_err(|s| GatewayError::InvalidArgument(format!("DoPut stream: {}", s.message())))?
+            .ok_or_else(|| GatewayError::InvalidArgument("DoPut stream is empty".into()))?;
+        let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
+            GatewayError::InvalidArgument(
+                "descriptor: the first DoPut message must carry a descriptor with path [namespace, table]".into(),
+            )
+        })?;
+        if descriptor.r#type() != DescriptorType::Path {
+            return Err(GatewayError::InvalidArgument(
+                "descriptor: DoPut takes a path descriptor [namespace, table]".into(),
+            ));
+        }
+        let name = table_of_path(&descriptor.path)?;
+        let table = self.table_for(&principal, Privilege::TableWriteData, &name)?;
+        let data = futures::stream::once(async { Ok(first) })
+            .chain(input)
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let (tx, rx) = mpsc::channel::<Result<PutResult, Status>>(16);
+        let metrics = Arc::clone(&self.state.metrics);
+        // Appends run to completion even if the caller goes away, so an in-flight append
+        // is never half-applied; shutdown waits for this task through the response stream.
+        tokio::spawn(async move {
+            while let Some(item) = batches.next().await {
+                let result = match item {
+                    Ok(batch) => table.append(&batch).await.map_err(GatewayError::from),
+                    Err(e) => Err(GatewayError::InvalidArgument(format!(
+                        "DoPut stream could not be decoded as Arrow IPC: {e}"
+                    ))),
+                };
+                let message = match result {
+                    Ok(r) => {
+                        metrics.put_rows.inc_by(r.rows);
+                        serde_json::to_vec(&r)
+                            .map(|m| PutResult {
+                                app_metadata: m.into(),
+                            })
+                            .map_err(|e| Status::internal(e.to_string()))
+                    }
+                    Err(e) => {
+                        metrics.errors.with_label_values(&[e.code()]).inc();
+                        Err(e.into())
+                    }
+                };
+                let failed = message.is_err();
+                if tx.send(message).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx).boxed())
+    }
+}
+
+/// Observes the read latency histogram when a read stream ends or is dropped.
+struct ReadTimer {
+    histogram: prometheus::Histogram,
+    started: Instant,
+}
+
+impl Drop for ReadTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+fn scan_ticket(scan: &Scan, buckets: Option<Vec<u32>>) -> Result<Vec<u8>> {
+    let micros = |v: Option<i64>| {
+        v.and_then(chrono::DateTime::from_timestamp_micros)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+    };
+    let json = TicketJson {
+        table: scan.table.to_string(),
+        columns: scan.columns.clone(),
+        filter: scan.filter.clone(),
+        since: micros(scan.since),
+        until: micros(scan.until),
+        limit: scan.limit,
+        buckets,
+        ..Default::default()
+    };
+    serde_json::to_vec(&json).map_err(|e| GatewayError::Internal(e.to_string()))
+}
+
+fn table_of_path(path: &[String]) -> Result<TableName> {
+    match path {
+        [ns, t] => TableName::parse(&format!("{ns}.{t}"))
+            .map_err(|e| GatewayError::InvalidArgument(format!("descriptor path: {e}"))),
+        _ => Err(GatewayError::InvalidArgument(format!(
+            "descriptor path must be [namespace, table], got {} element(s)",
+            path.len()
+        ))),
+    }
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::InvalidArgument => "invalid_argument",
+        tonic::Code::NotFound => "not_found",
+        tonic::Code::PermissionDenied => "permission_denied",
+        tonic::Code::Unauthenticated => "unauthenticated",
+        tonic::Code::Unavailable => "unavailable",
+        _ => "internal",
+    }
+}
+
+fn flight_error_to_status(e: FlightError) -> Status {
+    match e {
+        FlightError::ExternalError(inner) => match inner.downcast::<GatewayError>() {
+            Ok(g) => (*g).into(),
+            Err(other) => Status::internal(other.to_string()),
+        },
+        FlightError::Tonic(status) => *status,
+        other => Status::internal(other.to_string()),
+    }
+}
+
+/// Streams a table's rows in commit order per log, from a start point; with `follow` it
+/// then waits for each new commit (woken by the store, no polling) until the caller
+/// disconnects or the server shuts down.
+fn changelog(
+    table: Arc<HotTable>,
+    c: Changelog,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(SchemaRef, BatchStream)> {
+    // Plan once up front so a bad column fails the call, not the stream.
+    let probe = table.scan(&ScanRequest {
+        columns: c.columns.clone(),
+        logs: Some(Vec::new()),
+        ..Default::default()
+    })?;
+    let schema = Arc::clone(probe.schema());
+    let mut offsets: HashMap<LogId, u64> = match c.from {
+        ChangelogStart::Latest => table.end_offsets(),
+        ChangelogStart::Earliest | ChangelogStart::Time(_) => HashMap::new(),
+    };
+    let since = match c.from {
+        ChangelogStart::Time(t) => Some(t),
+        _ => None,
+    };
+    let (tx, rx) = mpsc::channel::<Result<RecordBatch>>(16);
+    tokio::spawn(async move {
+        let mut commits = table.watch_commits();
+        loop {
+            commits.borrow_and_update();
+            let ends = table.end_offsets();
+            let request = ScanRequest {
+                columns: c.columns.clone(),
+                since,
+                start_offsets: offsets.clone(),
+                end_offsets: ends.clone(),
+                ..Default::default()
+            };
+            let (reader_table, reader_tx) = (Arc::clone(&table), tx.clone());
+            let read = tokio::task::spawn_blocking(move || -> bool {
+                let scan = match reader_table.scan(&request) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = reader_tx.blocking_send(Err(e.into()));
+                        return false;
+                    }
+                };
+                for item in scan {
+                    let failed = item.is_err();
+                    if reader_tx
+                        .blocking_send(item.map(|b| b.batch).map_err(GatewayError::from))
+                        .is_err()
+                        || failed
+                    {
+                        return false;
+                    }
+                }
+                true
+            })
+            .await;
+            if !matches!(read, Ok(true)) || !c.follow {
+                break;
+            }
+            offsets = ends;
+            tokio::select! {
+                changed = commits.changed() => if changed.is_err() { break },
+                _ = shutdown.changed() => break,
+                _ = tx.closed() => break,
+            }
+        }
+    });
+    Ok((schema, ReceiverStream::new(rx).boxed()))
+}
+
+#[tonic::async_trait]
+impl FlightService for HotgateFlight {
+    type HandshakeStream = BoxStream<'static, Result<HandshakeResponse, Status>>;
+    type ListFlightsStream = BoxStream<'static, Result<FlightInfo, Status>>;
+    type DoGetStream = BoxStream<'static, Result<FlightData, Status>>;
+    type DoPutStream = BoxStream<'static, Result<PutResult, Status>>;
+    type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
+    type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
+    type DoExchangeStream = BoxStream<'static, Result<FlightData, Status>>;
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented(
+            "Basic handshake is not supported: send `authorization: Bearer <jwt>` on each call \
+             (mint one with `hotgate token`)",
+        ))
+    }
+
+    async fn list_flights(
+        &self,
+        request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&["list_flights"])
+            .inc();
+        let principal = self
+            .principal(&request)
+            .map_err(|e| self.fail("list_flights", e))?;
+        let mut infos = Vec::new();
+        for table in self.state.store.tables() {
+            let name = table.def().name();
+            if self
+                .state
+                .authz
+                .authorize(&principal, Privilege::TableList, Some(name))
+                .is_err()
+            {
+                continue;
+            }
+            let descriptor = FlightDescriptor::new_path(vec![
+                name.namespace().to_owned(),
+                name.name().to_owned(),
+            ]);
+            let ticket = serde_json::to_vec(&TicketJson {
+                table: name.to_string(),
+                ..Default::default()
+            })
+            .map_err(|e| Status::internal(e.to_string()))?;
+            let info = FlightInfo::new()
+                .try_with_schema(table.def().stored_schema())
+                .map_err(|e| Status::internal(e.to_string()))?
+                .with_descriptor(descriptor)
+                .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)));
+            infos.push(Ok(info));
+        }
+        Ok(Response::new(futures::stream::iter(infos).boxed()))
+    }
+
+    async fn get_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&["get_flight_info"])
+            .inc();
+        let principal = self
+            .principal(&request)
+            .map_err(|e| self.fail("get_flight_info", e))?;
+        self.flight_info(&principal, request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(|e| self.fail("get_flight_info", e))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented(
+            "PollFlightInfo is not supported; use GetFlightInfo",
+        ))
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&["get_schema"])
+            .inc();
+        let principal = self
+            .principal(&request)
+            .map_err(|e| self.fail("get_schema", e))?;
+        let info = self
+            .flight_info(&principal, request.into_inner())
+            .await
+            .map_err(|e| self.fail("get_schema", e))?;
+        let schema = info
+            .try_decode_schema()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let result: SchemaResult = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e: arrow_schema::ArrowError| Status::internal(e.to_string()))?;
+        Ok(Response::new(result))
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&["do_get"])
+            .inc();
+        self.do_get_inner(request)
+            .await
+            .map(Response::new)
+            .map_err(|e| self.fail("do_get", e))
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&["do_put"])
+            .inc();
+        self.do_put_inner(request)
+            .await
+            .map(Response::new)
+            .map_err(|e| self.fail("do_put", e))
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented("DoExchange is not supported"))
+    }
+
+    async fn do_action(
+        &self,
+        _request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        Err(Status::unimplemented("no actions are defined yet"))
+    }
+
+    async fn list_actions(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        Ok(Response::new(futures::stream::empty().boxed()))
+    }
+}

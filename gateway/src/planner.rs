@@ -1,0 +1,266 @@
+//! Query planning with DataFusion: the hot table as a `TableProvider` whose scans stream
+//! from the store with projection and event-time pushdown, and the plan a scan command
+//! compiles to.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use hotgate_store::{HotTable, LogId, ScanRequest};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::error::{GatewayError, Result};
+use crate::ticket::Scan;
+
+/// Most partitions one scan is split into (each reads a subset of the logs).
+const MAX_PARTITIONS: usize = 4;
+
+/// The hot tier of one table as DataFusion sees it.
+#[derive(Debug)]
+pub struct HotTableProvider {
+    table: Arc<HotTable>,
+    since: Option<i64>,
+    until: Option<i64>,
+    buckets: Option<Vec<u32>>,
+}
+
+impl HotTableProvider {
+    pub fn new(
+        table: Arc<HotTable>,
+        since: Option<i64>,
+        until: Option<i64>,
+        buckets: Option<Vec<u32>>,
+    ) -> Self {
+        Self {
+            table,
+            since,
+            until,
+            buckets,
+        }
+    }
+
+    fn time_column(&self) -> &str {
+        let def = self.table.def();
+        def.stored_schema().field(def.time_index()).name()
+    }
+
+    /// An event-time bound a filter implies, if it is `time_col <op> timestamp literal`.
+    fn time_bound(&self, expr: &Expr) -> Option<(Option<i64>, Option<i64>)> {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+            return None;
+        };
+        let (col, op, lit) = match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), Expr::Literal(v, _)) => (c, *op, v),
+            (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
+            _ => return None,
+        };
+        if col.name != self.time_column() {
+            return None;
+        }
+        let ScalarValue::TimestampMicrosecond(Some(v), _) = lit else {
+            return None;
+        };
+        match op {
+            Operator::GtEq => Some((Some(*v), None)),
+            Operator::Gt => Some((Some(v.saturating_add(1)), None)),
+            Operator::Lt => Some((None, Some(*v))),
+            Operator::LtEq => Some((None, Some(v.saturating_add(1)))),
+            Operator::Eq => Some((Some(*v), Some(v.saturating_add(1)))),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl TableProvider for HotTableProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(self.table.def().stored_schema())
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Time bounds prune frames in the store; DataFusion still applies every filter.
+        Ok(filters
+            .iter()
+            .map(|f| match self.time_bound(f) {
+                Some(_) => TableProviderFilterPushDown::Inexact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.table.def().stored_schema();
+        let projected: SchemaRef = match projection {
+            Some(p) => Arc::new(schema.project(p)?),
+            None => Arc::clone(schema),
+        };
+        let (mut since, mut until) = (self.since, self.until);
+        for f in filters {
+            if let Some((lo, hi)) = self.time_bound(f) {
+                since = since.max(lo);
+                until = match (until, hi) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        // Pin every log's end offset now: the plan reads a consistent snapshot.
+        let logs: Vec<(LogId, u64)> = self
+            .table
+            .logs()
+            .iter()
+            .filter(|l| {
+                self.buckets
+                    .as_ref()
+                    .is_none_or(|b| b.contains(&l.id().bucket))
+            })
+            .map(|l| (l.id(), l.end_offset()))
+            .collect();
+        let parts = logs.len().clamp(1, MAX_PARTITIONS);
+        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(parts);
+        for i in 0..parts {
+            let mine: Vec<(LogId, u64)> = logs.iter().skip(i).step_by(parts).copied().collect();
+            let request = ScanRequest {
+                columns: Some(
+                    projected
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .collect(),
+                ),
+                since,
+                until,
+                logs: Some(mine.iter().map(|(id, _)| *id).collect()),
+                start_offsets: HashMap::new(),
+                end_offsets: mine.into_iter().collect(),
+            };
+            partitions.push(Arc::new(HotPartition {
+                table: Arc::clone(&self.table),
+                request,
+                schema: Arc::clone(&projected),
+            }));
+        }
+        Ok(Arc::new(StreamingTableExec::try_new(
+            projected,
+            partitions,
+            None,
+            Vec::new(),
+            false,
+            limit,
+        )?))
+    }
+}
+
+/// One partition of a hot scan: a blocking reader feeding a bounded channel.
+#[derive(Debug)]
+struct HotPartition {
+    table: Arc<HotTable>,
+    request: ScanRequest,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for HotPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
+        let table = Arc::clone(&self.table);
+        let request = self.request.clone();
+        tokio::task::spawn_blocking(move || {
+            let scan = match table.scan(&request) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(to_df(e.into())));
+                    return;
+                }
+            };
+            for item in scan {
+                let msg = item.map(|b| b.batch).map_err(|e| to_df(e.into()));
+                // A closed channel means the reader went away: stop reading.
+                if tx.blocking_send(msg).is_err() {
+                    return;
+                }
+            }
+        });
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            ReceiverStream::new(rx),
+        ))
+    }
+}
+
+fn to_df(e: GatewayError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// A fresh session: one per request, so no state leaks between callers.
+pub fn session() -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_target_partitions(MAX_PARTITIONS))
+}
+
+/// Compiles a scan command into a DataFusion plan over the hot table.
+pub async fn plan_scan(table: Arc<HotTable>, scan: &Scan) -> Result<DataFrame> {
+    let schema = Arc::clone(table.def().stored_schema());
+    if let Some(cols) = &scan.columns {
+        for c in cols {
+            if schema.index_of(c).is_err() {
+                let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(GatewayError::InvalidArgument(format!(
+                    "columns: unknown column {c:?} in table {}; it has columns {}",
+                    table.def().name(),
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    let provider = HotTableProvider::new(table, scan.since, scan.until, scan.buckets.clone());
+    let ctx = session();
+    let mut df = ctx.read_table(Arc::new(provider))?;
+    if let Some(filter) = &scan.filter {
+        let expr = df.parse_sql_expr(filter).map_err(|e| {
+            GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
+        })?;
+        df = df.filter(expr).map_err(|e| {
+            GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
+        })?;
+    }
+    if let Some(cols) = &scan.columns {
+        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+        df = df.select_columns(&cols)?;
+    }
+    if let Some(limit) = scan.limit {
+        df = df.limit(0, Some(limit))?;
+    }
+    Ok(df)
+}

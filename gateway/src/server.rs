@@ -1,0 +1,145 @@
+//! Wiring: open the store, build the authenticator, bind Flight and HTTP, and shut down
+//! cleanly (stop accepting, let in-flight calls and appends finish, sync, return).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use hotgate_policy::{EmbeddedIssuer, JwtValidator};
+use hotgate_store::{Store, StoreOptions};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::auth::{AllowAuthenticated, Authenticator};
+use crate::config::Config;
+use crate::error::{GatewayError, Result};
+use crate::flight::HotgateFlight;
+use crate::metrics::GatewayMetrics;
+use crate::state::GatewayState;
+
+/// How long shutdown waits for in-flight calls before closing the store anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// Largest Flight message accepted (a DoPut batch).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The validator the configuration asks for: an external JWKS, or the embedded issuer.
+pub fn validator(config: &Config) -> Result<JwtValidator> {
+    match &config.auth.jwks_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                GatewayError::Internal(format!("cannot read JWKS {}: {e}", path.display()))
+            })?;
+            Ok(JwtValidator::from_jwks(
+                &text,
+                &config.auth.issuer,
+                &config.auth.audience,
+            )?)
+        }
+        None => Ok(embedded_issuer(config)?.validator()?),
+    }
+}
+
+/// The embedded HS256 issuer, creating its key in the data dir on first use.
+pub fn embedded_issuer(config: &Config) -> Result<EmbeddedIssuer> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        GatewayError::Internal(format!("cannot create {}: {e}", config.data_dir.display()))
+    })?;
+    Ok(EmbeddedIssuer::load_or_create(
+        &config.issuer_key_path(),
+        &config.auth.issuer,
+        &config.auth.audience,
+    )?)
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| GatewayError::Unavailable(format!("cannot listen for {what} on {addr}: {e}")))
+}
+
+/// Runs hotgate until `shutdown` completes, then drains and closes the store.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
+    let authn = Arc::new(Authenticator::new(validator(&config)?));
+    tracing::warn!(
+        "authorization: no grant mirror is configured yet, so every authenticated caller may \
+         read, write and create every table"
+    );
+    let flight_listener = bind("Flight", config.flight_addr).await?;
+    let http_listener = bind("HTTP", config.http_addr).await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let state = Arc::new(GatewayState {
+        store: Arc::clone(&store),
+        authn: Arc::clone(&authn),
+        authz: Arc::new(AllowAuthenticated),
+        metrics: Arc::new(GatewayMetrics::new()),
+        shutdown: stop_rx.clone(),
+    });
+
+    let interceptor_authn = Arc::clone(&authn);
+    let flight_server = FlightServiceServer::new(HotgateFlight::new(Arc::clone(&state)))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Authentication runs once per call, before any method sees the request.
+    let flight = tonic::service::interceptor::InterceptedService::new(
+        flight_server,
+        move |mut request: tonic::Request<()>| {
+            let header = request
+                .metadata()
+                .get("authorization")
+                .map(|v| v.to_str().unwrap_or_default().to_owned());
+            let principal = interceptor_authn
+                .authenticate(header.as_deref())
+                .map_err(tonic::Status::from)?;
+            request.extensions_mut().insert(principal);
+            Ok(request)
+        },
+    );
+    let mut flight_stop = stop_rx.clone();
+    let flight_task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(flight)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(flight_listener), async move {
+                let _ = flight_stop.wait_for(|s| *s).await;
+            }),
+    );
+    let mut http_stop = stop_rx.clone();
+    let http_task = tokio::spawn(
+        axum::serve(http_listener, crate::http::router(Arc::clone(&state)))
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            })
+            .into_future(),
+    );
+    tracing::info!(
+        flight = %config.flight_addr,
+        http = %config.http_addr,
+        data_dir = %config.data_dir.display(),
+        tables = store.tables().len(),
+        "hotgate is serving"
+    );
+
+    shutdown.await;
+    tracing::info!("shutting down: no new calls; finishing in-flight ones");
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let flight = flight_task.await;
+        let http = http_task.await;
+        (flight, http)
+    })
+    .await;
+    match drained {
+        Ok((Ok(Ok(())), Ok(Ok(())))) => {}
+        Ok((flight, http)) => tracing::error!(?flight, ?http, "a server ended with an error"),
+        Err(_) => tracing::warn!("in-flight calls did not finish within {DRAIN_TIMEOUT:?}"),
+    }
+    store.close().await;
+    tracing::info!("store closed; every acknowledged append is durable");
+    Ok(())
+}

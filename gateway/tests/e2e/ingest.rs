@@ -1,0 +1,231 @@
+//! Writes: DoPut round trips, bad batches, SIGKILL mid-ingest and SIGTERM.
+
+use std::collections::HashSet;
+
+use crate::harness::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_then_get_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let token = server.token("alice", &["writer"]);
+    let created = create_table(&server, &token, events_table()).await;
+    assert_eq!(created.status(), 201);
+    let mut client = server.client().await;
+    let results = put(
+        &mut client,
+        &token,
+        ["app", "events"],
+        vec![events(0..100), events(100..250)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["rows"], 100);
+    assert_eq!(results[1]["rows"], 150);
+    let parts = results[1]["parts"].as_array().unwrap();
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["partition"].is_string() && p["bucket"].as_u64().unwrap() < 4)
+    );
+    let written: u64 = parts
+        .iter()
+        .map(|p| p["end_offset"].as_u64().unwrap() - p["start_offset"].as_u64().unwrap())
+        .sum();
+    assert_eq!(written, 150);
+
+    let batches = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.events"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ints(&batches, "id"), (0..250).collect::<Vec<_>>());
+
+    // The table is listed over HTTP with its offsets.
+    let listed: serde_json::Value = reqwest::Client::new()
+        .get(server.http_url("/v1/tables/app.events"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let total: u64 = listed["end_offsets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 250);
+    // Metrics count the appends.
+    let metrics = reqwest::get(server.http_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("hotgate_store_rows_total 250"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("hotgate_store_fsyncs_total"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_writes_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let token = server.token("alice", &["writer"]);
+    create_table(&server, &token, events_table()).await;
+    // Bad table bodies name the field.
+    let mut bad = events_table();
+    bad["columns"][0]["type"] = "varchar".into();
+    let r = create_table(&server, &token, bad).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("columns[0].type") && text.contains("unknown type"),
+        "{text}"
+    );
+    let mut bad = events_table();
+    bad["name"] = "events2".into();
+    bad["bucket_key"] = "amount".into();
+    let text = create_table(&server, &token, bad)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("bucket_key amount"), "{text}");
+
+    let mut client = server.client().await;
+    let status = put(&mut client, &token, ["app", "nope"], vec![events(0..1)])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+    assert!(status.message().contains("app.nope"));
+    // A batch whose schema does not match: nothing is written.
+    let wrong = events(0..3).project(&[0, 2, 3]).unwrap();
+    let status = put(&mut client, &token, ["app", "events"], vec![wrong])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("missing bucket key \"customer\""),
+        "{}",
+        status.message()
+    );
+    let rows = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.events"}),
+    )
+    .await
+    .unwrap();
+    assert!(rows.iter().all(|b| b.num_rows() == 0));
+}
+
+/// SIGKILL while clients are writing; after a restart every acknowledged row is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (flight, http) = (free_addr(), free_addr());
+    let server = Server::start_with(dir.path(), flight, http);
+    let token = server.token("ingest", &["writer"]);
+    create_table(&server, &token, events_table()).await;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let writers: Vec<_> = (0..4i64)
+        .map(|w| {
+            let (token, acked) = (token.clone(), std::sync::Arc::clone(&acked));
+            let addr = server.flight;
+            tokio::spawn(async move {
+                let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap();
+                let mut client =
+                    arrow_flight::flight_service_client::FlightServiceClient::new(channel);
+                let mut next = w * 1_000_000;
+                // Each DoPut is one batch: its PutResult is the acknowledgement.
+                while let Ok(r) = put(
+                    &mut client,
+                    &token,
+                    ["app", "events"],
+                    vec![events(next..next + 20)],
+                )
+                .await
+                {
+                    if r.len() != 1 {
+                        break;
+                    }
+                    acked.lock().unwrap().extend(next..next + 20);
+                    next += 20;
+                }
+            })
+        })
+        .collect();
+    // Let them write, then kill without warning.
+    let start = std::time::Instant::now();
+    while acked.lock().unwrap().len() < 400 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "writers made no progress"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    server.kill9();
+    for w in writers {
+        let _ = w.await;
+    }
+    let acked: Vec<i64> = acked.lock().unwrap().clone();
+
+    let server = Server::start_with(dir.path(), flight, http);
+    let mut client = server.client().await;
+    let rows = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.events", "columns": ["id"]}),
+    )
+    .await
+    .unwrap();
+    let ids = ints(&rows, "id");
+    let unique: HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "a row was stored twice");
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|id| !unique.contains(id))
+        .take(5)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged rows lost after SIGKILL: {lost:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let token = server.token("alice", &["writer"]);
+    create_table(&server, &token, events_table()).await;
+    let mut client = server.client().await;
+    put(&mut client, &token, ["app", "events"], vec![events(0..10)])
+        .await
+        .unwrap();
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    let server = Server::start(dir.path());
+    let mut client = server.client().await;
+    let rows = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.events"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ints(&rows, "id"), (0..10).collect::<Vec<_>>());
+}

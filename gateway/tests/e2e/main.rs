@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `hotgate` binary on free ports in a temp dir, driven by a
+//! real Flight client (arrow-flight) and, in `pyarrow_client`, by pyarrow.flight.
+
+mod auth;
+mod harness;
+mod ingest;
+mod pyarrow_client;
+mod reads;

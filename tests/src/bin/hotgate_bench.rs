@@ -1,0 +1,529 @@
+//! `hotgate-bench`: end-to-end freshness and Flight read throughput, against a bare
+//! arrow-flight server serving the same batches from memory, in the same run.
+//!
+//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench`. Prints JSON lines.
+//! Freshness: each row carries `produced_at`, set by the producer just before it sends
+//! the batch over a long-lived DoPut; a follow-mode changelog DoGet records when each row
+//! arrives. Steady rate: `HOTGATE_BENCH_RATE` rows/s (default 2000), 12,000 rows.
+
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::{FlightData, FlightDescriptor, Ticket};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use hotgate_gateway::Config;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status, Streaming};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const WIDE_COLUMNS: usize = 50;
+const WIDE_ROWS_PER_BATCH: usize = 8192;
+const WIDE_BATCHES: usize = 30;
+const READ_RUNS: usize = 5;
+const FRESHNESS_ROWS: usize = 12_000;
+const FRESHNESS_BATCH: usize = 10;
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+fn with_token<T>(message: T, token: &str) -> BenchResult<Request<T>> {
+    let mut r = Request::new(message);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse()?);
+    Ok(r)
+}
+
+fn wide_kind(i: usize) -> (&'static str, DataType) {
+    match i % 3 {
+        0 => ("int64", DataType::Int64),
+        1 => ("float64", DataType::Float64),
+        _ => ("string", DataType::Utf8),
+    }
+}
+
+fn wide_spec() -> serde_json::Value {
+    let mut columns = vec![
+        serde_json::json!({"name": "ts", "type": "timestamp_us", "nullable": false}),
+        serde_json::json!({"name": "key", "type": "int64", "nullable": false}),
+    ];
+    for i in 2..WIDE_COLUMNS {
+        columns.push(serde_json::json!({"name": format!("c{i}"), "type": wide_kind(i).0}));
+    }
+    serde_json::json!({"namespace": "bench", "name": "wide", "columns": columns,
+        "time_column": "ts", "bucket_key": "key", "buckets": 4})
+}
+
+fn wide_batch(seed: usize) -> BenchResult<RecordBatch> {
+    let n = WIDE_ROWS_PER_BATCH;
+    let ts = now_us();
+    let mut fields = vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("key", DataType::Int64, false),
+    ];
+    let mut cols: Vec<ArrayRef> = vec![
+        Arc::new(TimestampMicrosecondArray::from(vec![ts; n]).with_timezone("UTC")),
+        Arc::new(Int64Array::from_iter_values(
+            (0..n as i64).map(|r| r + (seed * n) as i64),
+        )),
+    ];
+    for i in 2..WIDE_COLUMNS {
+        let (_, dt) = wide_kind(i);
+        fields.push(Field::new(format!("c{i}"), dt.clone(), true));
+        cols.push(match dt {
+            DataType::Int64 => Arc::new(Int64Array::from_iter_values(
+                (0..n as i64).map(|r| r * i as i64),
+            )),
+            DataType::Float64 => Arc::new(Float64Array::from_iter_values(
+                (0..n).map(|r| r as f64 / 3.0),
+            )),
+            _ => Arc::new(StringArray::from_iter_values(
+                (0..n).map(|r| format!("s{i}-{r:08}")),
+            )),
+        });
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?)
+}
+
+fn fresh_spec() -> serde_json::Value {
+    serde_json::json!({"namespace": "bench", "name": "fresh",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "produced_at", "type": "timestamp_us", "nullable": false}
+        ],
+        "time_column": "produced_at", "bucket_key": "id", "buckets": 4})
+}
+
+fn fresh_batch(first: i64) -> BenchResult<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "produced_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]));
+    let produced = now_us();
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                first..first + FRESHNESS_BATCH as i64,
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![produced; FRESHNESS_BATCH])
+                    .with_timezone("UTC"),
+            ),
+        ],
+    )?)
+}
+
+async fn connect(addr: SocketAddr) -> BenchResult<FlightServiceClient<Channel>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(FlightServiceClient::new(channel).max_decoding_message_size(256 << 20))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// DoPut of `batches` as one stream.
+async fn put_all(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    path: [&str; 2],
+    batches: Vec<RecordBatch>,
+) -> BenchResult<()> {
+    let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
+    let data: Vec<FlightData> = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(descriptor))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .try_collect()
+        .await?;
+    let mut acks = client
+        .do_put(with_token(futures::stream::iter(data), token)?)
+        .await?
+        .into_inner();
+    while let Some(a) = acks.next().await {
+        a?;
+    }
+    Ok(())
+}
+
+/// Reads a ticket fully; returns (rows, bytes of Arrow data).
+async fn read_all(
+    client: &mut FlightServiceClient<Channel>,
+    token: Option<&str>,
+    ticket: &str,
+) -> BenchResult<(usize, usize)> {
+    let request = match token {
+        Some(t) => with_token(Ticket::new(ticket.to_owned()), t)?,
+        None => Request::new(Ticket::new(ticket.to_owned())),
+    };
+    let stream = client
+        .do_get(request)
+        .await?
+        .into_inner()
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    let mut batches = FlightRecordBatchStream::new_from_flight_data(stream);
+    let (mut rows, mut bytes) = (0, 0);
+    while let Some(b) = batches.next().await {
+        let b = b?;
+        rows += b.num_rows();
+        bytes += b.get_array_memory_size();
+    }
+    Ok((rows, bytes))
+}
+
+/// A Flight server with no store, no auth and no planner: it serves batches held in
+/// memory, projected by the `columns` of the same JSON ticket. The baseline.
+#[derive(Debug, Clone)]
+struct BareFlight {
+    batches: Arc<Vec<RecordBatch>>,
+}
+
+type Bs<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl FlightService for BareFlight {
+    type HandshakeStream = Bs<arrow_flight::HandshakeResponse>;
+    type ListFlightsStream = Bs<arrow_flight::FlightInfo>;
+    type DoGetStream = BoxStream<'static, Result<FlightData, Status>>;
+    type DoPutStream = Bs<arrow_flight::PutResult>;
+    type DoActionStream = Bs<arrow_flight::Result>;
+    type ListActionsStream = Bs<arrow_flight::ActionType>;
+    type DoExchangeStream = Bs<FlightData>;
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<arrow_flight::HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn list_flights(
+        &self,
+        _: Request<arrow_flight::Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<arrow_flight::FlightInfo>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<arrow_flight::PollInfo>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn get_schema(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<arrow_flight::SchemaResult>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let ticket: serde_json::Value = serde_json::from_slice(&request.get_ref().ticket)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let schema: SchemaRef = self.batches[0].schema();
+        let projection: Vec<usize> = match ticket["columns"].as_array() {
+            Some(cols) => cols
+                .iter()
+                .map(|c| {
+                    schema
+                        .index_of(c.as_str().unwrap_or_default())
+                        .map_err(|e| Status::invalid_argument(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?,
+            None => (0..schema.fields().len()).collect(),
+        };
+        let batches: Vec<Result<RecordBatch, FlightError>> = self
+            .batches
+            .iter()
+            .map(|b| b.project(&projection).map_err(FlightError::from))
+            .collect();
+        let stream = FlightDataEncoderBuilder::new()
+            .build(futures::stream::iter(batches))
+            .map_err(|e| Status::internal(e.to_string()));
+        Ok(Response::new(stream.boxed()))
+    }
+    async fn do_put(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn do_action(
+        &self,
+        _: Request<arrow_flight::Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+    async fn list_actions(
+        &self,
+        _: Request<arrow_flight::Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        Err(Status::unimplemented("bare"))
+    }
+}
+
+async fn freshness(addr: SocketAddr, token: &str, rate: f64) -> BenchResult<serde_json::Value> {
+    let mut reader = connect(addr).await?;
+    let ticket = r#"{"table":"bench.fresh","columns":["id","produced_at"],"changelog":{"from":"latest","follow":true}}"#;
+    let stream = reader
+        .do_get(with_token(Ticket::new(ticket), token)?)
+        .await?
+        .into_inner()
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    let mut tail = FlightRecordBatchStream::new_from_flight_data(stream);
+    let receiver = tokio::spawn(async move {
+        let mut latencies_ms = Vec::with_capacity(FRESHNESS_ROWS);
+        while latencies_ms.len() < FRESHNESS_ROWS {
+            let Some(batch) = tail.next().await else {
+                break;
+            };
+            let received = now_us();
+            let Ok(batch) = batch else { break };
+            let Some(produced) = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+            else {
+                break;
+            };
+            latencies_ms.extend(
+                produced
+                    .values()
+                    .iter()
+                    .map(|p| (received - p) as f64 / 1000.0),
+            );
+        }
+        latencies_ms
+    });
+    // One long-lived DoPut; each batch is stamped just before it is sent.
+    let (tx, rx) = tokio::sync::mpsc::channel::<RecordBatch>(4);
+    let descriptor = FlightDescriptor::new_path(vec!["bench".into(), "fresh".into()]);
+    let data = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(descriptor))
+        .build(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok))
+        .filter_map(|d| async move { d.ok() });
+    let mut writer = connect(addr).await?;
+    let acks = writer.do_put(with_token(data, token)?);
+    let producer = async move {
+        let interval = Duration::from_secs_f64(FRESHNESS_BATCH as f64 / rate);
+        let mut tick = tokio::time::interval(interval);
+        for k in 0..FRESHNESS_ROWS / FRESHNESS_BATCH {
+            tick.tick().await;
+            if tx
+                .send(fresh_batch((k * FRESHNESS_BATCH) as i64)?)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        BenchResult::Ok(())
+    };
+    let (acks, produced) = tokio::join!(
+        async move {
+            let mut acks = acks.await?.into_inner();
+            while let Some(a) = acks.next().await {
+                a?;
+            }
+            BenchResult::Ok(())
+        },
+        producer
+    );
+    acks?;
+    produced?;
+    let mut latencies = tokio::time::timeout(Duration::from_secs(120), receiver).await??;
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    Ok(serde_json::json!({
+        "bench": "freshness", "rows": latencies.len(), "rate_rows_per_s": rate,
+        "rows_per_put_batch": FRESHNESS_BATCH,
+        "p50_ms": percentile(&latencies, 0.50), "p95_ms": percentile(&latencies, 0.95),
+        "p99_ms": percentile(&latencies, 0.99), "max_ms": percentile(&latencies, 1.0),
+    }))
+}
+
+async fn read_throughput(
+    client: &mut FlightServiceClient<Channel>,
+    token: Option<&str>,
+    columns: usize,
+) -> BenchResult<(f64, usize, usize)> {
+    let cols: Vec<String> = std::iter::once("key".to_owned())
+        .chain((2..WIDE_COLUMNS).map(|i| format!("c{i}")))
+        .chain(std::iter::once("ts".to_owned()))
+        .step_by((WIDE_COLUMNS / columns).max(1))
+        .take(columns)
+        .collect();
+    let ticket = serde_json::json!({"table": "bench.wide", "columns": cols}).to_string();
+    let mut times = Vec::new();
+    let mut last = (0, 0);
+    for _ in 0..READ_RUNS {
+        let start = Instant::now();
+        last = read_all(client, token, &ticket).await?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    Ok((median(times), last.0, last.1))
+}
+
+async fn bench() -> BenchResult<()> {
+    let dir = tempfile::tempdir()?;
+    let config = Config {
+        data_dir: dir.path().to_path_buf(),
+        flight_addr: free_addr(),
+        http_addr: free_addr(),
+        ..Config::default()
+    };
+    let token = hotgate_gateway::server::embedded_issuer(&config)?.mint(
+        "bench",
+        &["ALL".into()],
+        Duration::from_secs(3600),
+    )?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = http
+            .get(format!("http://{}/healthz", config.http_addr))
+            .send()
+            .await
+        {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("the gateway did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for spec in [fresh_spec(), wide_spec()] {
+        let r = http
+            .post(format!("http://{}/v1/tables", config.http_addr))
+            .bearer_auth(&token)
+            .json(&spec)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("create table: {}", r.text().await?).into());
+        }
+    }
+
+    let rate: f64 = std::env::var("HOTGATE_BENCH_RATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000.0);
+    println!("{}", freshness(config.flight_addr, &token, rate).await?);
+
+    let wide: Vec<RecordBatch> = (0..WIDE_BATCHES)
+        .map(wide_batch)
+        .collect::<BenchResult<_>>()?;
+    let mut client = connect(config.flight_addr).await?;
+    put_all(&mut client, &token, ["bench", "wide"], wide.clone()).await?;
+
+    let bare_addr = free_addr();
+    let bare = BareFlight {
+        batches: Arc::new(wide),
+    };
+    let listener = tokio::net::TcpListener::bind(bare_addr).await?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(FlightServiceServer::new(bare).max_encoding_message_size(256 << 20))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut bare_client = connect(bare_addr).await?;
+    let mut summary = serde_json::Map::new();
+    for columns in [5usize, 50] {
+        let (gov, rows, bytes) = read_throughput(&mut client, Some(&token), columns).await?;
+        let (raw, bare_rows, _) = read_throughput(&mut bare_client, None, columns).await?;
+        if rows != bare_rows {
+            return Err(format!("row counts differ: hotgate {rows}, bare {bare_rows}").into());
+        }
+        for (server, secs) in [("hotgate", gov), ("bare_flight", raw)] {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": "flight_read", "server": server, "columns": columns, "of": WIDE_COLUMNS,
+                    "rows": rows, "median_s": secs, "rows_per_s": rows as f64 / secs,
+                    "mb_per_s": bytes as f64 / secs / 1e6,
+                })
+            );
+        }
+        summary.insert(
+            format!("governed_over_bare_{columns}_of_{WIDE_COLUMNS}"),
+            (raw / gov).into(),
+        );
+    }
+    summary.insert("bench".into(), "flight_read_summary".into());
+    println!("{}", serde_json::Value::Object(summary));
+    let _ = stop_tx.send(());
+    server.await??;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hotgate-bench: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(bench()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hotgate-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
