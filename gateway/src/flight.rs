@@ -81,23 +81,23 @@ impl HotgateFlight {
         e.into()
     }
 
-    async fn open_read(&self, command: Command) -> Result<(SchemaRef, BatchStream, &'static str)> {
+    async fn open_read(
+        &self,
+        table: Arc<HotTable>,
+        command: Command,
+    ) -> Result<(SchemaRef, BatchStream, &'static str)> {
         match command {
             Command::Scan(scan) => {
-                let table = self.state.store.table(&scan.table)?;
                 let df = plan_scan(table, &scan).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
                 Ok((schema, stream.map_err(GatewayError::from).boxed(), "scan"))
             }
             Command::Changelog(c) => {
-                let table = self.state.store.table(&c.table)?;
                 let (schema, stream) = changelog(table, c, self.state.shutdown.clone())?;
                 Ok((schema, stream, "changelog"))
             }
-            Command::Lookup { table } => Err(GatewayError::InvalidArgument(format!(
-                "lookup: {table} is a log table; lookups need a primary-key table"
-            ))),
+            Command::Lookup { table } => Err(lookup_unsupported(&table)),
         }
     }
 
@@ -107,9 +107,9 @@ impl HotgateFlight {
     ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
         let principal = self.principal(&request)?;
         let command = ticket::parse(&request.get_ref().ticket)?;
-        self.table_for(&principal, Privilege::TableReadData, command.table())?;
+        let table = self.table_for(&principal, Privilege::TableReadData, command.table())?;
         let started = Instant::now();
-        let (schema, batches, kind) = self.open_read(command).await?;
+        let (schema, batches, kind) = self.open_read(table, command).await?;
         let timer = ReadTimer {
             histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
             started,
@@ -179,8 +179,8 @@ impl HotgateFlight {
                     .collect::<Result<Vec<_>>>()?;
                 (schema, tickets)
             }
-            other => {
-                let (schema, _, _) = self.open_read(other).await?;
+            Command::Changelog(c) => {
+                let schema = changelog_schema(&table, c.columns)?;
                 let cmd = match descriptor.r#type() {
                     DescriptorType::Cmd => descriptor.cmd.to_vec(),
                     _ => serde_json::to_vec(&TicketJson {
@@ -191,6 +191,7 @@ impl HotgateFlight {
                 };
                 (schema.as_ref().clone(), vec![cmd])
             }
+            Command::Lookup { table } => return Err(lookup_unsupported(&table)),
         };
         let mut info = FlightInfo::new()
             .try_with_schema(&schema)
@@ -328,6 +329,22 @@ fn flight_error_to_status(e: FlightError) -> Status {
     }
 }
 
+fn lookup_unsupported(table: &TableName) -> GatewayError {
+    GatewayError::InvalidArgument(format!(
+        "lookup: {table} is a log table; lookups need a primary-key table"
+    ))
+}
+
+/// The schema a changelog of `columns` yields (planning an empty scan checks the names).
+fn changelog_schema(table: &HotTable, columns: Option<Vec<String>>) -> Result<SchemaRef> {
+    let probe = table.scan(&ScanRequest {
+        columns,
+        logs: Some(Vec::new()),
+        ..Default::default()
+    })?;
+    Ok(Arc::clone(probe.schema()))
+}
+
 /// Streams a table's rows in commit order per log, from a start point; with `follow` it
 /// then waits for each new commit (woken by the store, no polling) until the caller
 /// disconnects or the server shuts down.
@@ -336,13 +353,8 @@ fn changelog(
     c: Changelog,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(SchemaRef, BatchStream)> {
-    // Plan once up front so a bad column fails the call, not the stream.
-    let probe = table.scan(&ScanRequest {
-        columns: c.columns.clone(),
-        logs: Some(Vec::new()),
-        ..Default::default()
-    })?;
-    let schema = Arc::clone(probe.schema());
+    // Resolved up front so a bad column fails the call, not the stream.
+    let schema = changelog_schema(&table, c.columns.clone())?;
     let mut offsets: HashMap<LogId, u64> = match c.from {
         ChangelogStart::Latest => table.end_offsets(),
         ChangelogStart::Earliest | ChangelogStart::Time(_) => HashMap::new(),
