@@ -18,7 +18,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::SchemaRef;
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::Principal;
 use hotgate_store::{HotTable, LogId, ScanRequest, TableName};
@@ -32,6 +32,8 @@ use crate::planner::plan_scan;
 use crate::state::GatewayState;
 use crate::ticket::{self, Changelog, ChangelogStart, Command, Scan, TicketJson};
 
+/// Most DoPut batches of one stream waiting for their sync at once.
+const MAX_PUTS_IN_FLIGHT: usize = 64;
 /// Most endpoints GetFlightInfo splits a table into.
 const MAX_ENDPOINTS: u32 = 4;
 
@@ -235,31 +237,59 @@ impl HotgateFlight {
         // Appends run to completion even if the caller goes away, so an in-flight append
         // is never half-applied; shutdown waits for this task through the response stream.
         tokio::spawn(async move {
-            while let Some(item) = batches.next().await {
-                let result = match item {
-                    Ok(batch) => table.append(&batch).await.map_err(GatewayError::from),
-                    Err(e) => Err(GatewayError::InvalidArgument(format!(
-                        "DoPut stream could not be decoded as Arrow IPC: {e}"
-                    ))),
-                };
-                let message = match result {
-                    Ok(r) => {
-                        metrics.put_rows.inc_by(r.rows);
-                        serde_json::to_vec(&r)
-                            .map(|m| PutResult {
-                                app_metadata: m.into(),
-                            })
-                            .map_err(|e| Status::internal(e.to_string()))
+            // Batches are queued in order as they arrive and acknowledged in order once
+            // durable; up to MAX_PUTS_IN_FLIGHT wait for their sync at once, so a stream
+            // of small batches shares group commits instead of paying one sync each.
+            let mut in_flight = FuturesOrdered::new();
+            let mut failure: Option<GatewayError> = None;
+            let mut input_done = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                        let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
+                        match done {
+                            Ok(r) => {
+                                metrics.put_rows.inc_by(r.rows);
+                                let message = serde_json::to_vec(&r)
+                                    .map(|m| PutResult { app_metadata: m.into() })
+                                    .map_err(|e| Status::internal(e.to_string()));
+                                // If the caller left, queued appends still complete.
+                                let _ = tx.send(message).await;
+                            }
+                            Err(e) => {
+                                failure.get_or_insert(e.into());
+                                input_done = true;
+                            }
+                        }
                     }
-                    Err(e) => {
-                        metrics.errors.with_label_values(&[e.code()]).inc();
-                        Err(e.into())
+                    item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
+                        match item {
+                            None => input_done = true,
+                            Some(Ok(batch)) => match table.begin_append(&batch).await {
+                                Ok(pending) => in_flight.push_back(pending.durable()),
+                                Err(e) => {
+                                    failure = Some(e.into());
+                                    input_done = true;
+                                }
+                            },
+                            Some(Err(e)) => {
+                                failure = Some(GatewayError::InvalidArgument(format!(
+                                    "DoPut stream could not be decoded as Arrow IPC: {e}"
+                                )));
+                                input_done = true;
+                            }
+                        }
                     }
-                };
-                let failed = message.is_err();
-                if tx.send(message).await.is_err() || failed {
+                    else => break,
+                }
+                if input_done && in_flight.is_empty() {
                     break;
                 }
+            }
+            if let Some(e) = failure {
+                metrics.errors.with_label_values(&[e.code()]).inc();
+                let _ = tx.send(Err(e.into())).await;
             }
         });
         Ok(ReceiverStream::new(rx).boxed())

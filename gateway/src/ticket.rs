@@ -163,10 +163,10 @@ impl TicketJson {
                     .as_deref()
                     .map(|s| parse_time("until", s))
                     .transpose()?;
-                if let (Some(s), Some(u)) = (since, until) {
-                    if s >= u {
-                        return Err(invalid("since must be before until".into()));
-                    }
+                if let (Some(s), Some(u)) = (since, until)
+                    && s >= u
+                {
+                    return Err(invalid("since must be before until".into()));
                 }
                 Ok(Command::Scan(Scan {
                     table,

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_array::UInt32Array;
-use futures::future::join_all;
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::bucket::{LogId, buckets_of, day_of_micros};
 use crate::error::{Result, StoreError};
@@ -39,6 +38,36 @@ pub struct AppendedPart {
     pub log: LogId,
     pub start_offset: u64,
     pub end_offset: u64,
+}
+
+/// An append queued in its logs' writers; see [`HotTable::begin_append`].
+#[derive(Debug)]
+pub struct PendingAppend {
+    rows: u64,
+    parts: Vec<(LogId, oneshot::Receiver<Result<Range<u64>>>)>,
+}
+
+impl PendingAppend {
+    /// Waits until every part is durable and returns where the rows went.
+    pub async fn durable(self) -> Result<AppendResult> {
+        let mut out = AppendResult {
+            rows: self.rows,
+            parts: Vec::with_capacity(self.parts.len()),
+        };
+        for (log, done) in self.parts {
+            let range = done.await.map_err(|_| {
+                StoreError::Unavailable(format!("log {log} closed before the append was durable"))
+            })??;
+            out.parts.push(AppendedPart {
+                partition: log.partition(),
+                bucket: log.bucket,
+                log,
+                start_offset: range.start,
+                end_offset: range.end,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// What retention removed from a table.
@@ -118,9 +147,22 @@ impl HotTable {
     /// committed, those rows stay (the caller saw an error and may retry, so delivery of
     /// failed appends is at-least-once).
     pub async fn append(&self, batch: &RecordBatch) -> Result<AppendResult> {
+        self.begin_append(batch).await?.durable().await
+    }
+
+    /// The first half of [`HotTable::append`]: validates, encodes and queues the batch in
+    /// its logs' writers, behind everything queued before it, and returns without waiting
+    /// for the sync. Awaiting [`PendingAppend::durable`] waits for it. A caller that
+    /// begins several appends in order gets them committed in that order in each log, and
+    /// they may share group commits.
+    pub async fn begin_append(&self, batch: &RecordBatch) -> Result<PendingAppend> {
         let batch = normalize(&self.def, batch).inspect_err(|_| self.metrics.record_rejected())?;
+        let mut pending = PendingAppend {
+            rows: batch.num_rows() as u64,
+            parts: Vec::new(),
+        };
         if batch.num_rows() == 0 {
-            return Ok(AppendResult::default());
+            return Ok(pending);
         }
         let times = time_values(&self.def, &batch);
         let buckets = buckets_of(batch.column(self.def.bucket_index()), self.def.buckets())?;
@@ -132,7 +174,7 @@ impl HotTable {
             };
             groups.entry(id).or_default().push(row as u32);
         }
-        let mut work = Vec::with_capacity(groups.len());
+        let mut frames = Vec::with_capacity(groups.len());
         for (id, rows) in groups {
             let part = if rows.len() == batch.num_rows() {
                 batch.clone()
@@ -143,31 +185,15 @@ impl HotTable {
             let (min, max) = ts
                 .iter()
                 .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-            let frame = EncodedFrame::encode(&part, min, max)?;
-            work.push((self.log_for(id).await?, frame));
+            frames.push((id, EncodedFrame::encode(&part, min, max)?));
         }
-        let results = join_all(work.into_iter().map(|(log, frame)| async move {
-            let id = log.id();
-            log.append(frame).await.map(|r| (id, r))
-        }))
-        .await;
-        let mut out = AppendResult {
-            rows: batch.num_rows() as u64,
-            parts: Vec::with_capacity(results.len()),
-        };
-        for r in results {
-            let (log, range): (LogId, Range<u64>) = r?;
-            out.parts.push(AppendedPart {
-                partition: log.partition(),
-                bucket: log.bucket,
-                log,
-                start_offset: range.start,
-                end_offset: range.end,
-            });
+        // Encoding is done before anything is queued, so a bad batch queues nothing.
+        for (id, frame) in frames {
+            let log = self.log_for(id).await?;
+            pending.parts.push((id, log.enqueue(frame).await?));
         }
-        Ok(out)
+        Ok(pending)
     }
-
     async fn log_for(&self, id: LogId) -> Result<Arc<Log>> {
         if let Some(log) = self.log(id) {
             return Ok(log);

@@ -26,7 +26,7 @@ mod validate;
 
 pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
-pub use hot_table::{AppendResult, AppendedPart, HotTable, RetentionReport};
+pub use hot_table::{AppendResult, AppendedPart, HotTable, PendingAppend, RetentionReport};
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};

@@ -194,16 +194,16 @@ impl Log {
         for (i, base) in bases.iter().copied().enumerate() {
             let path = segment_path(&dir, base);
             let last = i + 1 == bases.len();
-            if let Some(prev) = segments.last() {
-                if prev.end_offset() != base {
-                    return Err(StoreError::corrupt(
-                        &path,
-                        format!(
-                            "segment starts at offset {base} but the previous one ends at {}",
-                            prev.end_offset()
-                        ),
-                    ));
-                }
+            if let Some(prev) = segments.last()
+                && prev.end_offset() != base
+            {
+                return Err(StoreError::corrupt(
+                    &path,
+                    format!(
+                        "segment starts at offset {base} but the previous one ends at {}",
+                        prev.end_offset()
+                    ),
+                ));
             }
             let (writer, reader) = open_segment_files(&path, false)?;
             let scanned = scan_segment(&reader, &path, base, last)?;
@@ -293,11 +293,15 @@ impl Log {
         self.end.subscribe()
     }
 
-    /// Queues a frame and waits until it is durable; returns the offsets of its rows.
-    pub(crate) async fn append(&self, frame: EncodedFrame) -> Result<Range<u64>> {
+    /// Queues a frame behind every frame queued before it; the returned receiver yields
+    /// the offsets of its rows once they are durable.
+    pub(crate) async fn enqueue(
+        &self,
+        frame: EncodedFrame,
+    ) -> Result<oneshot::Receiver<Result<Range<u64>>>> {
         let (ack, done) = oneshot::channel();
         self.send(WriterMsg::Append(frame, ack)).await?;
-        done.await.map_err(|_| self.closed())?
+        Ok(done)
     }
 
     async fn send(&self, msg: WriterMsg) -> Result<()> {

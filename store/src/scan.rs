@@ -87,12 +87,12 @@ pub struct HotScan {
 impl HotScan {
     pub(crate) fn plan(table: &HotTable, request: &ScanRequest) -> Result<Self> {
         let (projection, schema) = resolve_projection(table, request.columns.as_deref())?;
-        if let (Some(s), Some(u)) = (request.since, request.until) {
-            if s >= u {
-                return Err(StoreError::InvalidRequest(format!(
-                    "empty time range: since ({s}) must be before until ({u})"
-                )));
-            }
+        if let (Some(s), Some(u)) = (request.since, request.until)
+            && s >= u
+        {
+            return Err(StoreError::InvalidRequest(format!(
+                "empty time range: since ({s}) must be before until ({u})"
+            )));
         }
         let mut frames = Vec::new();
         for log in table.logs() {
@@ -269,25 +269,25 @@ impl Tail {
             // Mark the current commit count seen before looking, so a commit that lands
             // between the look and the wait still wakes us.
             self.commits.borrow_and_update();
-            if let Some(log) = self.table.log(self.log) {
-                if log.end_offset() > self.next_offset {
-                    let request = ScanRequest {
-                        columns: self.columns.clone(),
-                        logs: Some(vec![self.log]),
-                        start_offsets: HashMap::from([(self.log, self.next_offset)]),
-                        ..Default::default()
-                    };
-                    let scan = self.table.scan(&request)?;
-                    // Bounded read-ahead keeps a tail far behind from loading everything.
-                    let batches = tokio::task::spawn_blocking(move || {
-                        scan.take(TAIL_READ_AHEAD_FRAMES)
-                            .collect::<Result<Vec<_>>>()
-                    })
-                    .await
-                    .map_err(|e| StoreError::Unavailable(format!("tail read failed: {e}")))??;
-                    self.pending.extend(batches);
-                    continue;
-                }
+            if let Some(log) = self.table.log(self.log)
+                && log.end_offset() > self.next_offset
+            {
+                let request = ScanRequest {
+                    columns: self.columns.clone(),
+                    logs: Some(vec![self.log]),
+                    start_offsets: HashMap::from([(self.log, self.next_offset)]),
+                    ..Default::default()
+                };
+                let scan = self.table.scan(&request)?;
+                // Bounded read-ahead keeps a tail far behind from loading everything.
+                let batches = tokio::task::spawn_blocking(move || {
+                    scan.take(TAIL_READ_AHEAD_FRAMES)
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("tail read failed: {e}")))??;
+                self.pending.extend(batches);
+                continue;
             }
             self.commits
                 .changed()

@@ -12,6 +12,9 @@ use rand::Rng;
 
 use crate::common::*;
 
+/// Something done to a copy of the segment before reopening it.
+type Damage = Box<dyn Fn(&Path)>;
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -52,7 +55,7 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         .unwrap()
         .to_path_buf();
 
-    let mut cases: Vec<Box<dyn Fn(&Path)>> = Vec::new();
+    let mut cases: Vec<Damage> = Vec::new();
     for cut in before_last..full {
         cases.push(Box::new(move |seg: &Path| {
             let f = std::fs::OpenOptions::new().write(true).open(seg).unwrap();

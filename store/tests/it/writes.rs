@@ -320,3 +320,37 @@ async fn table_definitions_are_checked_and_persisted() {
     assert!(!dir.path().join("etc").exists());
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_appends_commit_in_the_order_they_were_begun() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(events_spec(1)).await.unwrap();
+    let mut pending = Vec::new();
+    for k in 0..50 {
+        pending.push(
+            table
+                .begin_append(&events(k * 4..k * 4 + 4, |i| T0 + i))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut next = 0;
+    for p in pending {
+        let r = p.durable().await.unwrap();
+        assert_eq!(r.parts.len(), 1);
+        assert_eq!(
+            (r.parts[0].start_offset, r.parts[0].end_offset),
+            (next, next + 4)
+        );
+        next += 4;
+    }
+    assert_eq!(all_ids(&store), (0..200).collect::<Vec<_>>());
+    let m = store.metrics().snapshot();
+    assert!(m.fsyncs < m.appends, "queued appends shared no sync: {m:?}");
+    // A bad batch queues nothing.
+    let bad = events(0..2, |i| T0 + i).project(&[0, 1, 2]).unwrap();
+    assert!(table.begin_append(&bad).await.is_err());
+    assert_eq!(all_ids(&store).len(), 200);
+    store.close().await;
+}

@@ -434,10 +434,9 @@ async fn bench() -> BenchResult<()> {
             .get(format!("http://{}/healthz", config.http_addr))
             .send()
             .await
+            && r.status().is_success()
         {
-            if r.status().is_success() {
-                break;
-            }
+            break;
         }
         if start.elapsed() > Duration::from_secs(30) {
             return Err("the gateway did not start".into());
