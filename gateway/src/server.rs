@@ -105,7 +105,7 @@ pub async fn run(
     let flight_task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(flight)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(flight_listener), async move {
+            .serve_with_incoming_shutdown(no_delay(flight_listener), async move {
                 let _ = flight_stop.wait_for(|s| *s).await;
             }),
     );
@@ -142,4 +142,19 @@ pub async fn run(
     store.close().await;
     tracing::info!("store closed; every acknowledged append is durable");
     Ok(())
+}
+
+/// Accepted connections with Nagle's algorithm off: a streamed row must not wait for the
+/// peer's delayed ACK (about 40 ms on Linux) before it leaves.
+fn no_delay(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|c| {
+            if let Err(e) = c.set_nodelay(true) {
+                tracing::warn!("cannot set TCP_NODELAY: {e}");
+            }
+        })
+    })
 }

@@ -181,12 +181,12 @@ async fn put_all(
     Ok(())
 }
 
-/// Reads a ticket fully; returns (rows, bytes of Arrow data).
+/// Reads a ticket fully; returns the rows received.
 async fn read_all(
     client: &mut FlightServiceClient<Channel>,
     token: Option<&str>,
     ticket: &str,
-) -> BenchResult<(usize, usize)> {
+) -> BenchResult<usize> {
     let request = match token {
         Some(t) => with_token(Ticket::new(ticket.to_owned()), t)?,
         None => Request::new(Ticket::new(ticket.to_owned())),
@@ -197,13 +197,11 @@ async fn read_all(
         .into_inner()
         .map_err(|s| FlightError::Tonic(Box::new(s)));
     let mut batches = FlightRecordBatchStream::new_from_flight_data(stream);
-    let (mut rows, mut bytes) = (0, 0);
+    let mut rows = 0;
     while let Some(b) = batches.next().await {
-        let b = b?;
-        rows += b.num_rows();
-        bytes += b.get_array_memory_size();
+        rows += b?.num_rows();
     }
-    Ok((rows, bytes))
+    Ok(rows)
 }
 
 /// A Flight server with no store, no auth and no planner: it serves batches held in
@@ -392,7 +390,7 @@ async fn read_throughput(
     client: &mut FlightServiceClient<Channel>,
     token: Option<&str>,
     columns: usize,
-) -> BenchResult<(f64, usize, usize)> {
+) -> BenchResult<(f64, usize)> {
     let cols: Vec<String> = std::iter::once("key".to_owned())
         .chain((2..WIDE_COLUMNS).map(|i| format!("c{i}")))
         .chain(std::iter::once("ts".to_owned()))
@@ -401,13 +399,13 @@ async fn read_throughput(
         .collect();
     let ticket = serde_json::json!({"table": "bench.wide", "columns": cols}).to_string();
     let mut times = Vec::new();
-    let mut last = (0, 0);
+    let mut rows = 0;
     for _ in 0..READ_RUNS {
         let start = Instant::now();
-        last = read_all(client, token, &ticket).await?;
+        rows = read_all(client, token, &ticket).await?;
         times.push(start.elapsed().as_secs_f64());
     }
-    Ok((median(times), last.0, last.1))
+    Ok((median(times), rows))
 }
 
 async fn bench() -> BenchResult<()> {
@@ -480,8 +478,8 @@ async fn bench() -> BenchResult<()> {
     let mut bare_client = connect(bare_addr).await?;
     let mut summary = serde_json::Map::new();
     for columns in [5usize, 50] {
-        let (gov, rows, bytes) = read_throughput(&mut client, Some(&token), columns).await?;
-        let (raw, bare_rows, _) = read_throughput(&mut bare_client, None, columns).await?;
+        let (gov, rows) = read_throughput(&mut client, Some(&token), columns).await?;
+        let (raw, bare_rows) = read_throughput(&mut bare_client, None, columns).await?;
         if rows != bare_rows {
             return Err(format!("row counts differ: hotgate {rows}, bare {bare_rows}").into());
         }
@@ -491,7 +489,6 @@ async fn bench() -> BenchResult<()> {
                 serde_json::json!({
                     "bench": "flight_read", "server": server, "columns": columns, "of": WIDE_COLUMNS,
                     "rows": rows, "median_s": secs, "rows_per_s": rows as f64 / secs,
-                    "mb_per_s": bytes as f64 / secs / 1e6,
                 })
             );
         }
