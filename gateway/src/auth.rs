@@ -5,6 +5,7 @@
 //! descriptor is decoded, through the [`Authorizer`] trait.
 
 use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
 
 use hotgate_policy::{JwtValidator, Principal};
 use hotgate_store::TableName;
@@ -14,12 +15,20 @@ use crate::error::{GatewayError, Result};
 /// Turns an `authorization` header value into a [`Principal`].
 #[derive(Debug)]
 pub struct Authenticator {
-    validator: JwtValidator,
+    /// Swapped whole when an external issuer's keys are fetched again.
+    validator: RwLock<Arc<JwtValidator>>,
 }
 
 impl Authenticator {
     pub fn new(validator: JwtValidator) -> Self {
-        Self { validator }
+        Self {
+            validator: RwLock::new(Arc::new(validator)),
+        }
+    }
+
+    /// Replaces the keys, e.g. after a JWKS refresh.
+    pub fn replace(&self, validator: JwtValidator) {
+        *self.validator.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(validator);
     }
 
     pub fn authenticate(&self, header: Option<&str>) -> Result<Principal> {
@@ -36,7 +45,8 @@ impl Authenticator {
                 "authorization scheme {scheme:?} is not accepted; use Bearer"
             )));
         }
-        Ok(self.validator.validate(token.trim())?)
+        let validator = Arc::clone(&self.validator.read().unwrap_or_else(|p| p.into_inner()));
+        Ok(validator.validate(token.trim())?)
     }
 }
 

@@ -34,6 +34,25 @@ pub struct AuthConfig {
     /// A JWKS file of an external issuer (RS256/ES256 keys). When set, tokens are checked
     /// against it instead of the embedded HS256 issuer.
     pub jwks_file: Option<PathBuf>,
+    /// A JWKS URL of an external issuer, fetched at start (the server refuses to start
+    /// without it) and again every `jwks_refresh`.
+    pub jwks_url: Option<String>,
+    /// How often the JWKS URL is fetched again, e.g. `5m`.
+    #[serde(with = "duration_text")]
+    pub jwks_refresh: std::time::Duration,
+}
+
+mod duration_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for Config {
@@ -53,6 +72,8 @@ impl Default for AuthConfig {
             issuer: "hotgate".into(),
             audience: "hotgate".into(),
             jwks_file: None,
+            jwks_url: None,
+            jwks_refresh: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -102,11 +123,12 @@ impl Config {
                 "AUTH_ISSUER" => self.auth.issuer = value,
                 "AUTH_AUDIENCE" => self.auth.audience = value,
                 "AUTH_JWKS_FILE" => self.auth.jwks_file = Some(PathBuf::from(value)),
+                "AUTH_JWKS_URL" => self.auth.jwks_url = Some(value),
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
                          HOTGATE_FLIGHT_ADDR, HOTGATE_HTTP_ADDR, HOTGATE_AUTH_ISSUER, \
-                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_LOG"
+                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_AUTH_JWKS_URL, HOTGATE_LOG"
                     )));
                 }
             }

@@ -25,21 +25,72 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Largest Flight message accepted (a DoPut batch).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// The validator the configuration asks for: an external JWKS, or the embedded issuer.
-pub fn validator(config: &Config) -> Result<JwtValidator> {
-    match &config.auth.jwks_file {
-        Some(path) => {
+/// The validator the configuration asks for: an external JWKS (file or URL), or the
+/// embedded issuer.
+pub async fn validator(config: &Config) -> Result<JwtValidator> {
+    let auth = &config.auth;
+    match (&auth.jwks_file, &auth.jwks_url) {
+        (Some(_), Some(_)) => Err(GatewayError::InvalidArgument(
+            "auth: set jwks_file or jwks_url, not both".into(),
+        )),
+        (Some(path), None) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 GatewayError::Internal(format!("cannot read JWKS {}: {e}", path.display()))
             })?;
             Ok(JwtValidator::from_jwks(
                 &text,
-                &config.auth.issuer,
-                &config.auth.audience,
+                &auth.issuer,
+                &auth.audience,
             )?)
         }
-        None => Ok(embedded_issuer(config)?.validator()?),
+        (None, Some(url)) => fetch_jwks(config, url).await,
+        (None, None) => Ok(embedded_issuer(config)?.validator()?),
     }
+}
+
+/// Fetches an external issuer's JWKS.
+async fn fetch_jwks(config: &Config, url: &str) -> Result<JwtValidator> {
+    let failed =
+        |e: String| GatewayError::Unavailable(format!("cannot fetch the JWKS from {url}: {e}"));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let response = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(failed(format!("HTTP {}", response.status())));
+    }
+    let text = response.text().await.map_err(|e| failed(e.to_string()))?;
+    Ok(JwtValidator::from_jwks(
+        &text,
+        &config.auth.issuer,
+        &config.auth.audience,
+    )?)
+}
+
+/// Fetches the JWKS again every `jwks_refresh`, keeping the old keys when a fetch fails.
+fn refresh_jwks(
+    config: Config,
+    url: String,
+    authn: Arc<Authenticator>,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(config.auth.jwks_refresh) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            match fetch_jwks(&config, &url).await {
+                Ok(v) => authn.replace(v),
+                Err(e) => tracing::warn!("keeping the previous keys: {e}"),
+            }
+        }
+    });
 }
 
 /// The embedded HS256 issuer, creating its key in the data dir on first use.
@@ -66,7 +117,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
-    let authn = Arc::new(Authenticator::new(validator(&config)?));
+    let authn = Arc::new(Authenticator::new(validator(&config).await?));
     tracing::warn!(
         "authorization: no grant mirror is configured yet, so every authenticated caller may \
          read, write and create every table"
@@ -74,6 +125,14 @@ pub async fn run(
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(url) = &config.auth.jwks_url {
+        refresh_jwks(
+            config.clone(),
+            url.clone(),
+            Arc::clone(&authn),
+            stop_rx.clone(),
+        );
+    }
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
         authn: Arc::clone(&authn),

@@ -109,3 +109,79 @@ async fn bad_tokens_are_unauthenticated() {
         .is_ok()
     );
 }
+
+/// An EC P-256 key pair made for these tests only; it protects nothing.
+const TEST_EC_PRIVATE: &str = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgpU89M4xGWqoCACXE\nwcPZ2YVsI9opGzknJUpkuX4H6CyhRANCAAR/sAy3MBg/Q9V9XylEPr1WjT8YlhzJ\nDxfKES0Sm7HcGkfAskv0e5QYyQyOdLcW/29j8XPAI/PITGmiByL8/CWJ\n-----END PRIVATE KEY-----\n";
+const TEST_EC_JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"idp-1","use":"sig",
+    "x":"f7AMtzAYP0PVfV8pRD69Vo0_GJYcyQ8XyhEtEpux3Bo","y":"R8CyS_R7lBjJDI50txb_b2Pxc8Aj88hMaaIHIvz8JYk"}]}"#;
+
+/// A test double of an external identity provider: it only serves its JWKS document.
+async fn stub_idp_jwks() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/.well-known/jwks.json",
+        axum::routing::get(|| async { ([("content-type", "application/json")], TEST_EC_JWKS) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_issuer_keys_come_from_a_jwks_url() {
+    let idp = stub_idp_jwks().await;
+    let url = format!("http://{idp}/.well-known/jwks.json");
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("HOTGATE_AUTH_JWKS_URL", url.as_str()),
+        ("HOTGATE_AUTH_ISSUER", "https://idp.example"),
+        ("HOTGATE_AUTH_AUDIENCE", "hotgate-prod"),
+    ];
+    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &env);
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("idp-1".into());
+    let claims = serde_json::json!({"sub": "svc-ingest", "scope": "PRINCIPAL_ROLE:ingest",
+        "iss": "https://idp.example", "aud": "hotgate-prod", "exp": now() + 600, "principalId": 42});
+    let token = jsonwebtoken::encode(
+        &header,
+        &claims,
+        &EncodingKey::from_ec_pem(TEST_EC_PRIVATE.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let listed = reqwest::Client::new()
+        .get(server.http_url("/v1/tables"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    // The embedded issuer's tokens are not accepted once an external issuer is configured.
+    let embedded = server.token("alice", &["writer"]);
+    let refused = reqwest::Client::new()
+        .get(server.http_url("/v1/tables"))
+        .bearer_auth(&embedded)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
+    // An unreachable JWKS URL stops the server from starting: it fails closed.
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--flight-addr",
+            &free_addr().to_string(),
+            "--http-addr",
+            &free_addr().to_string(),
+        ])
+        .env(
+            "HOTGATE_AUTH_JWKS_URL",
+            format!("http://{}/jwks.json", free_addr()),
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot fetch the JWKS"), "{stderr}");
+}

@@ -36,6 +36,15 @@ impl Server {
     }
 
     pub fn start_with(data_dir: &Path, flight: SocketAddr, http: SocketAddr) -> Self {
+        Self::start_env(data_dir, flight, http, &[])
+    }
+
+    pub fn start_env(
+        data_dir: &Path,
+        flight: SocketAddr,
+        http: SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Self {
         let child = Command::new(BIN)
             .args(["serve", "--data-dir"])
             .arg(data_dir)
@@ -46,6 +55,7 @@ impl Server {
                 &http.to_string(),
             ])
             .env("HOTGATE_LOG", "error")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
