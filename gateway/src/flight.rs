@@ -158,11 +158,7 @@ impl HotgateFlight {
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo> {
         let command = self.command_of(&descriptor)?;
-        let table = self.table_for(
-            &principal.clone(),
-            Privilege::TableReadData,
-            command.table(),
-        )?;
+        let table = self.table_for(principal, Privilege::TableReadData, command.table())?;
         let (schema, tickets) = match command {
             Command::Scan(scan) => {
                 let df = plan_scan(Arc::clone(&table), &scan).await?;
@@ -182,7 +178,7 @@ impl HotgateFlight {
                 (schema, tickets)
             }
             Command::Changelog(c) => {
-                let schema = changelog_schema(&table, c.columns)?;
+                let schema = table.projected_schema(c.columns.as_deref())?;
                 let cmd = match descriptor.r#type() {
                     DescriptorType::Cmd => descriptor.cmd.to_vec(),
                     _ => serde_json::to_vec(&TicketJson {
@@ -365,16 +361,6 @@ fn lookup_unsupported(table: &TableName) -> GatewayError {
     ))
 }
 
-/// The schema a changelog of `columns` yields (planning an empty scan checks the names).
-fn changelog_schema(table: &HotTable, columns: Option<Vec<String>>) -> Result<SchemaRef> {
-    let probe = table.scan(&ScanRequest {
-        columns,
-        logs: Some(Vec::new()),
-        ..Default::default()
-    })?;
-    Ok(Arc::clone(probe.schema()))
-}
-
 /// Streams a table's rows in commit order per log, from a start point; with `follow` it
 /// then waits for each new commit (woken by the store, no polling) until the caller
 /// disconnects or the server shuts down.
@@ -384,7 +370,7 @@ fn changelog(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(SchemaRef, BatchStream)> {
     // Resolved up front so a bad column fails the call, not the stream.
-    let schema = changelog_schema(&table, c.columns.clone())?;
+    let schema = table.projected_schema(c.columns.as_deref())?;
     let mut offsets: HashMap<LogId, u64> = match c.from {
         ChangelogStart::Latest => table.end_offsets(),
         ChangelogStart::Earliest | ChangelogStart::Time(_) => HashMap::new(),

@@ -231,19 +231,10 @@ pub fn session() -> SessionContext {
 
 /// Compiles a scan command into a DataFusion plan over the hot table.
 pub async fn plan_scan(table: Arc<HotTable>, scan: &Scan) -> Result<DataFrame> {
-    let schema = Arc::clone(table.def().stored_schema());
-    if let Some(cols) = &scan.columns {
-        for c in cols {
-            if schema.index_of(c).is_err() {
-                let known: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                return Err(GatewayError::InvalidArgument(format!(
-                    "columns: unknown column {c:?} in table {}; it has columns {}",
-                    table.def().name(),
-                    known.join(", ")
-                )));
-            }
-        }
-    }
+    // Checked here so an unknown column is named plainly, not in DataFusion's words.
+    table
+        .projected_schema(scan.columns.as_deref())
+        .map_err(|e| GatewayError::InvalidArgument(format!("columns: {e}")))?;
     let provider = HotTableProvider::new(table, scan.since, scan.until, scan.buckets.clone());
     let ctx = session();
     let mut df = ctx.read_table(Arc::new(provider))?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_array::UInt32Array;
+use arrow_schema::SchemaRef;
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
@@ -18,6 +19,7 @@ use crate::log::{Log, LogOptions};
 use crate::metrics::StoreMetrics;
 use crate::scan::{HotScan, ScanRequest, Tail};
 use crate::segment::EncodedFrame;
+use crate::sync::{read, write};
 use crate::table::{TableDef, TableKind};
 use crate::validate::{normalize, time_values};
 
@@ -209,30 +211,18 @@ impl HotTable {
             Arc::clone(&self.metrics),
             Arc::clone(&self.commits),
         )?;
-        self.logs
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::clone(&log));
+        write(&self.logs).insert(id, Arc::clone(&log));
         Ok(log)
     }
 
     /// The log of one (partition, bucket), if it exists.
     pub fn log(&self, id: LogId) -> Option<Arc<Log>> {
-        self.logs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        read(&self.logs).get(&id).cloned()
     }
 
     /// Every log of the table, in (day, bucket) order.
     pub fn logs(&self) -> Vec<Arc<Log>> {
-        self.logs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        read(&self.logs).values().cloned().collect()
     }
 
     /// The durable end offset of every log.
@@ -247,6 +237,12 @@ impl HotTable {
     /// commit of a new log.
     pub fn watch_commits(&self) -> watch::Receiver<u64> {
         self.commits.subscribe()
+    }
+
+    /// The schema a read of `columns` yields (`None`: every stored column), or an error
+    /// naming the unknown column and the table's columns.
+    pub fn projected_schema(&self, columns: Option<&[String]>) -> Result<SchemaRef> {
+        crate::scan::resolve_projection(self, columns).map(|(_, schema)| schema)
     }
 
     /// Plans a scan. Reading happens as the returned iterator is consumed; it does

@@ -21,6 +21,7 @@ mod metrics;
 mod scan;
 mod segment;
 mod store;
+mod sync;
 pub mod table;
 mod validate;
 

@@ -21,6 +21,7 @@ use crate::metrics::StoreMetrics;
 use crate::segment::{
     EncodedFrame, FrameMeta, parse_segment_file_name, scan_segment, segment_path,
 };
+use crate::sync::{lock, read, write};
 
 /// Queue depth per log before appenders wait (backpressure).
 const QUEUE_DEPTH: usize = 4096;
@@ -583,16 +584,4 @@ async fn commit_group(
         let _ = ack.send(Ok(range));
     }
     Ok(active)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
 }

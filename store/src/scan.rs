@@ -46,7 +46,7 @@ pub struct ScannedBatch {
 }
 
 /// The column indices a request projects, and the schema it produces.
-fn resolve_projection(
+pub(crate) fn resolve_projection(
     table: &HotTable,
     columns: Option<&[String]>,
 ) -> Result<(Vec<usize>, SchemaRef)> {

@@ -285,13 +285,7 @@ pub(crate) fn read_frame(
     let mut len_bytes = [0u8; 4];
     file.read_exact_at(&mut len_bytes, payload_pos)
         .map_err(|e| StoreError::io(path, e))?;
-    let meta_len = u32::from_le_bytes(len_bytes) as usize;
-    if 4 + meta_len > meta.payload_len as usize {
-        return Err(corrupt(format!(
-            "frame at byte {} has a bad metadata length",
-            meta.position
-        )));
-    }
+    let meta_len = checked_meta_len(len_bytes, meta, path)?;
     let mut m = vec![0u8; meta_len];
     file.read_exact_at(&mut m, payload_pos + 4)
         .map_err(|e| StoreError::io(path, e))?;
@@ -372,7 +366,8 @@ fn read_whole_frame(
         )));
     }
     let buf = Buffer::from_vec(frame);
-    let meta_len = read_meta_len(&buf, HEADER_LEN, meta, path)?;
+    let b = &buf.as_slice()[HEADER_LEN..HEADER_LEN + 4];
+    let meta_len = checked_meta_len([b[0], b[1], b[2], b[3]], meta, path)?;
     let meta_bytes = buf.slice_with_length(HEADER_LEN + 4, meta_len);
     let body = buf.slice(HEADER_LEN + pad8(4 + meta_len));
     let message = arrow_ipc::root_as_message(&meta_bytes)
@@ -390,9 +385,9 @@ fn read_whole_frame(
     )?)
 }
 
-fn read_meta_len(buf: &Buffer, at: usize, meta: &FrameMeta, path: &Path) -> Result<usize> {
-    let b = &buf.as_slice()[at..at + 4];
-    let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+/// The IPC metadata length that opens a payload, refused if it overruns the payload.
+fn checked_meta_len(bytes: [u8; 4], meta: &FrameMeta, path: &Path) -> Result<usize> {
+    let len = u32::from_le_bytes(bytes) as usize;
     if 4 + len > meta.payload_len as usize {
         return Err(StoreError::corrupt(
             path,

@@ -14,6 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::hot_table::{AppendResult, HotTable, check_supported};
 use crate::log::{LogOptions, create_dir_durable, sync_dir};
 use crate::metrics::StoreMetrics;
+use crate::sync::{read, write};
 use crate::table::{TableDef, TableName, TableSpec};
 
 const DEF_FILE: &str = "table.json";
@@ -108,18 +109,13 @@ impl Store {
             self.options.log.clone(),
             Arc::clone(&self.metrics),
         )?;
-        self.tables
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, Arc::clone(&table));
+        write(&self.tables).insert(name, Arc::clone(&table));
         Ok(table)
     }
 
     /// The table of that name, or `NotFound`.
     pub fn table(&self, name: &TableName) -> Result<Arc<HotTable>> {
-        self.tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        read(&self.tables)
             .get(name)
             .cloned()
             .ok_or_else(|| StoreError::TableNotFound(name.to_string()))
@@ -127,12 +123,7 @@ impl Store {
 
     /// Every table, by name.
     pub fn tables(&self) -> Vec<Arc<HotTable>> {
-        self.tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        read(&self.tables).values().cloned().collect()
     }
 
     /// Appends a batch to a table; see [`HotTable::append`].
