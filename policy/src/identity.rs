@@ -36,6 +36,8 @@ pub struct Principal {
     /// Polaris `principalId`, when the issuer sets one.
     pub id: Option<i64>,
     pub roles: ActivatedRoles,
+    /// The token's `jti`, for the audit record.
+    pub token_id: Option<String>,
 }
 
 impl Principal {
@@ -229,6 +231,7 @@ impl JwtValidator {
             name: claims.sub,
             id: claims.principal_id,
             roles: parse_roles(&claims.scope),
+            token_id: claims.jti,
         })
     }
 
