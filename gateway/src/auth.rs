@@ -1,14 +1,10 @@
-//! Authentication and the authorization seam.
-//!
-//! Authentication happens once per call (a tonic interceptor, an axum extractor) and
-//! yields a [`Principal`]. Authorization happens in each handler after the ticket or
-//! descriptor is decoded, through the [`Authorizer`] trait.
+//! Authentication: once per call (a tonic interceptor, an axum extractor), yielding a
+//! [`Principal`]. Authorization happens in each handler after the ticket or descriptor
+//! is decoded, against the grant mirror in [`crate::governance`].
 
-use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 
 use hotgate_policy::{JwtValidator, Principal};
-use hotgate_store::TableName;
 
 use crate::error::{GatewayError, Result};
 
@@ -47,46 +43,5 @@ impl Authenticator {
         }
         let validator = Arc::clone(&self.validator.read().unwrap_or_else(|p| p.into_inner()));
         Ok(validator.validate(token.trim())?)
-    }
-}
-
-/// Catalog privileges checked by the data plane (Polaris names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Privilege {
-    TableReadData,
-    TableWriteData,
-    TableList,
-    TableCreate,
-}
-
-impl Privilege {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Privilege::TableReadData => "TABLE_READ_DATA",
-            Privilege::TableWriteData => "TABLE_WRITE_DATA",
-            Privilege::TableList => "TABLE_LIST",
-            Privilege::TableCreate => "TABLE_CREATE",
-        }
-    }
-}
-
-/// Decides whether a principal holds a privilege on a table (or the catalog).
-pub trait Authorizer: Send + Sync + Debug {
-    fn authorize(
-        &self,
-        principal: &Principal,
-        privilege: Privilege,
-        table: Option<&TableName>,
-    ) -> Result<()>;
-}
-
-/// Lets every authenticated caller do everything. This is the embedded default until the
-/// grant mirror lands; the server says so in its log at start.
-#[derive(Debug, Default)]
-pub struct AllowAuthenticated;
-
-impl Authorizer for AllowAuthenticated {
-    fn authorize(&self, _: &Principal, _: Privilege, _: Option<&TableName>) -> Result<()> {
-        Ok(())
     }
 }

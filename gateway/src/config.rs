@@ -21,6 +21,59 @@ pub struct Config {
     /// HTTP (JSON admin, health, metrics) listen address.
     pub http_addr: SocketAddr,
     pub auth: AuthConfig,
+    pub grants: GrantsConfig,
+    /// The HMAC key of `hash` write rules and masks (64 hex digits); created on first
+    /// start. Default `<data_dir>/hash.key`.
+    pub hash_key_file: Option<PathBuf>,
+}
+
+/// Where the grant mirror comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantsSourceKind {
+    /// A JSON document in Polaris's shapes (`grants.file`).
+    File,
+    /// A live Polaris management API (`grants.polaris_url`).
+    Polaris,
+}
+
+/// The grant mirror: source, catalog and refresh.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrantsConfig {
+    pub source: GrantsSourceKind,
+    /// The grants document; default `<data_dir>/grants.json`, written with the bootstrap
+    /// grants (root / admin) when absent.
+    pub file: Option<PathBuf>,
+    /// The catalog whose grants govern hotgate's tables.
+    pub catalog: String,
+    /// How often the source is read again (`0s`: only on `POST /v1/grants/sync`).
+    #[serde(with = "duration_text")]
+    pub refresh: std::time::Duration,
+    /// With no successful sync for this long, every check fails closed (`0s`: never).
+    #[serde(with = "duration_text")]
+    pub max_staleness: std::time::Duration,
+    /// Base URL of the Polaris server, e.g. `http://polaris:8181`.
+    pub polaris_url: Option<String>,
+    /// Bearer token for the Polaris management API.
+    pub polaris_token: Option<String>,
+    /// A file holding that token (instead of `polaris_token`).
+    pub polaris_token_file: Option<PathBuf>,
+}
+
+impl Default for GrantsConfig {
+    fn default() -> Self {
+        Self {
+            source: GrantsSourceKind::File,
+            file: None,
+            catalog: hotgate_policy::DEFAULT_CATALOG.into(),
+            refresh: std::time::Duration::from_secs(30),
+            max_staleness: std::time::Duration::from_secs(600),
+            polaris_url: None,
+            polaris_token: None,
+            polaris_token_file: None,
+        }
+    }
 }
 
 /// How callers are authenticated.
@@ -62,6 +115,8 @@ impl Default for Config {
             flight_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             auth: AuthConfig::default(),
+            grants: GrantsConfig::default(),
+            hash_key_file: None,
         }
     }
 }
@@ -112,6 +167,10 @@ impl Config {
             if NON_CONFIG_ENV.contains(&key.as_str()) {
                 continue;
             }
+            let duration = |v: &str| {
+                humantime::parse_duration(v)
+                    .map_err(|e| ConfigError(format!("{key}={v:?} is not a duration ({e})")))
+            };
             let addr = |v: &str| {
                 v.parse::<SocketAddr>()
                     .map_err(|e| ConfigError(format!("{key}={v:?} is not HOST:PORT ({e})")))
@@ -124,16 +183,52 @@ impl Config {
                 "AUTH_AUDIENCE" => self.auth.audience = value,
                 "AUTH_JWKS_FILE" => self.auth.jwks_file = Some(PathBuf::from(value)),
                 "AUTH_JWKS_URL" => self.auth.jwks_url = Some(value),
+                "GRANTS_SOURCE" => {
+                    self.grants.source = match value.as_str() {
+                        "file" => GrantsSourceKind::File,
+                        "polaris" => GrantsSourceKind::Polaris,
+                        other => {
+                            return Err(ConfigError(format!(
+                                "{key}={other:?}: use file or polaris"
+                            )));
+                        }
+                    }
+                }
+                "GRANTS_FILE" => self.grants.file = Some(PathBuf::from(value)),
+                "GRANTS_CATALOG" => self.grants.catalog = value,
+                "GRANTS_REFRESH" => self.grants.refresh = duration(&value)?,
+                "GRANTS_MAX_STALENESS" => self.grants.max_staleness = duration(&value)?,
+                "GRANTS_POLARIS_URL" => self.grants.polaris_url = Some(value),
+                "GRANTS_POLARIS_TOKEN" => self.grants.polaris_token = Some(value),
+                "HASH_KEY_FILE" => self.hash_key_file = Some(PathBuf::from(value)),
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
                          HOTGATE_FLIGHT_ADDR, HOTGATE_HTTP_ADDR, HOTGATE_AUTH_ISSUER, \
-                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_AUTH_JWKS_URL, HOTGATE_LOG"
+                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_AUTH_JWKS_URL, \
+                         HOTGATE_GRANTS_SOURCE, HOTGATE_GRANTS_FILE, HOTGATE_GRANTS_CATALOG, \
+                         HOTGATE_GRANTS_REFRESH, HOTGATE_GRANTS_MAX_STALENESS, HOTGATE_GRANTS_POLARIS_URL, \
+                         HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_LOG"
                     )));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The grants document of the file source.
+    pub fn grants_file_path(&self) -> PathBuf {
+        self.grants
+            .file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("grants.json"))
+    }
+
+    /// The HMAC key of `hash` write rules and masks.
+    pub fn hash_key_path(&self) -> PathBuf {
+        self.hash_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("hash.key"))
     }
 
     /// The embedded issuer's key file.

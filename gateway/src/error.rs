@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use datafusion::error::DataFusionError;
-use hotgate_policy::AuthError;
+use hotgate_policy::{AuthError, PolicyError};
 use hotgate_store::{ErrorKind, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +63,27 @@ impl From<AuthError> for GatewayError {
         match e {
             AuthError::Config(_) => GatewayError::Internal(e.to_string()),
             _ => GatewayError::Unauthenticated(e.to_string()),
+        }
+    }
+}
+
+impl From<arrow_schema::ArrowError> for GatewayError {
+    fn from(e: arrow_schema::ArrowError) -> Self {
+        GatewayError::Internal(e.to_string())
+    }
+}
+
+impl From<PolicyError> for GatewayError {
+    fn from(e: PolicyError) -> Self {
+        let msg = e.to_string();
+        match e {
+            PolicyError::Denied(_)
+            | PolicyError::ColumnDenied { .. }
+            | PolicyError::Unenforceable { .. } => GatewayError::PermissionDenied(msg),
+            PolicyError::InvalidGrants(_)
+            | PolicyError::InvalidPolicy(_)
+            | PolicyError::WriteRule(_) => GatewayError::InvalidArgument(msg),
+            PolicyError::Internal(m) => GatewayError::Internal(m),
         }
     }
 }

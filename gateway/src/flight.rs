@@ -20,15 +20,15 @@ use arrow_ipc::writer::IpcWriteOptions;
 use arrow_schema::SchemaRef;
 use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{StreamExt, TryStreamExt};
-use hotgate_policy::Principal;
+use hotgate_policy::{Principal, Privilege, SecureView};
 use hotgate_store::{HotTable, LogId, ScanRequest, TableName};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::Privilege;
 use crate::error::{GatewayError, Result};
-use crate::planner::plan_scan;
+use crate::governance::Governance;
+use crate::planner::{check_columns, plan_scan};
 use crate::state::GatewayState;
 use crate::ticket::{self, Changelog, ChangelogStart, Command, Scan, TicketJson};
 
@@ -60,6 +60,8 @@ impl HotgateFlight {
             })
     }
 
+    /// Authorizes `privilege` on the table, then opens it. The check comes first so a
+    /// caller without access cannot probe which tables exist.
     fn table_for(
         &self,
         principal: &Principal,
@@ -67,8 +69,8 @@ impl HotgateFlight {
         name: &TableName,
     ) -> Result<Arc<HotTable>> {
         self.state
-            .authz
-            .authorize(principal, privilege, Some(name))?;
+            .governance
+            .authorize_table(principal, privilege, name)?;
         Ok(self.state.store.table(name)?)
     }
 
@@ -85,18 +87,26 @@ impl HotgateFlight {
 
     async fn open_read(
         &self,
+        principal: &Principal,
         table: Arc<HotTable>,
         command: Command,
     ) -> Result<(SchemaRef, BatchStream, &'static str)> {
+        let view = self.state.governance.view(principal, &table)?;
         match command {
             Command::Scan(scan) => {
-                let df = plan_scan(table, &scan).await?;
+                let df = plan_scan(table, &view, &scan).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
                 Ok((schema, stream.map_err(GatewayError::from).boxed(), "scan"))
             }
             Command::Changelog(c) => {
-                let (schema, stream) = changelog(table, c, self.state.shutdown.clone())?;
+                let recheck = Recheck {
+                    state: Arc::clone(&self.state),
+                    principal: principal.clone(),
+                    table: Arc::clone(&table),
+                };
+                let (schema, stream) =
+                    changelog(table, view, c, recheck, self.state.shutdown.clone())?;
                 Ok((schema, stream, "changelog"))
             }
             Command::Lookup { table } => Err(lookup_unsupported(&table)),
@@ -111,7 +121,7 @@ impl HotgateFlight {
         let command = ticket::parse(&request.get_ref().ticket)?;
         let table = self.table_for(&principal, Privilege::TableReadData, command.table())?;
         let started = Instant::now();
-        let (schema, batches, kind) = self.open_read(table, command).await?;
+        let (schema, batches, kind) = self.open_read(&principal, table, command).await?;
         let timer = ReadTimer {
             histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
             started,
@@ -159,9 +169,10 @@ impl HotgateFlight {
     ) -> Result<FlightInfo> {
         let command = self.command_of(&descriptor)?;
         let table = self.table_for(principal, Privilege::TableReadData, command.table())?;
+        let view = self.state.governance.view(principal, &table)?;
         let (schema, tickets) = match command {
             Command::Scan(scan) => {
-                let df = plan_scan(Arc::clone(&table), &scan).await?;
+                let df = plan_scan(Arc::clone(&table), &view, &scan).await?;
                 let schema = df.schema().as_arrow().clone();
                 let buckets: Vec<u32> = scan
                     .buckets
@@ -178,7 +189,10 @@ impl HotgateFlight {
                 (schema, tickets)
             }
             Command::Changelog(c) => {
-                let schema = table.projected_schema(c.columns.as_deref())?;
+                let schema = match &c.columns {
+                    Some(cols) => check_columns(&view, cols)?,
+                    None => Arc::clone(view.schema()),
+                };
                 let cmd = match descriptor.r#type() {
                     DescriptorType::Cmd => descriptor.cmd.to_vec(),
                     _ => serde_json::to_vec(&TicketJson {
@@ -224,6 +238,9 @@ impl HotgateFlight {
         }
         let name = table_of_path(&descriptor.path)?;
         let table = self.table_for(&principal, Privilege::TableWriteData, &name)?;
+        // Drop and hash happen here, before the batch reaches the store.
+        let rules = Governance::write_rules(table.def());
+        let governance = Arc::clone(&self.state.governance);
         let data = futures::stream::once(async { Ok(first) })
             .chain(input)
             .map_err(|s| FlightError::Tonic(Box::new(s)));
@@ -262,13 +279,20 @@ impl HotgateFlight {
                     item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
                         match item {
                             None => input_done = true,
-                            Some(Ok(batch)) => match table.begin_append(&batch).await {
-                                Ok(pending) => in_flight.push_back(pending.durable()),
-                                Err(e) => {
-                                    failure = Some(e.into());
-                                    input_done = true;
+                            Some(Ok(batch)) => {
+                                let stored = rules.apply(&batch, governance.hash_key());
+                                let queued = match stored {
+                                    Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
+                                    Err(e) => Err(e.into()),
+                                };
+                                match queued {
+                                    Ok(pending) => in_flight.push_back(pending.durable()),
+                                    Err(e) => {
+                                        failure = Some(e);
+                                        input_done = true;
+                                    }
                                 }
-                            },
+                            }
                             Some(Err(e)) => {
                                 failure = Some(GatewayError::InvalidArgument(format!(
                                     "DoPut stream could not be decoded as Arrow IPC: {e}"
@@ -324,10 +348,12 @@ fn scan_ticket(scan: &Scan, buckets: Option<Vec<u32>>) -> Result<Vec<u8>> {
 
 fn table_of_path(path: &[String]) -> Result<TableName> {
     match path {
-        [ns, t] => TableName::parse(&format!("{ns}.{t}"))
-            .map_err(|e| GatewayError::InvalidArgument(format!("descriptor path: {e}"))),
+        [namespace @ .., t] if !namespace.is_empty() => {
+            TableName::parse(&format!("{}.{t}", namespace.join(".")))
+                .map_err(|e| GatewayError::InvalidArgument(format!("descriptor path: {e}")))
+        }
         _ => Err(GatewayError::InvalidArgument(format!(
-            "descriptor path must be [namespace, table], got {} element(s)",
+            "descriptor path must be [namespace..., table], got {} element(s)",
             path.len()
         ))),
     }
@@ -361,16 +387,67 @@ fn lookup_unsupported(table: &TableName) -> GatewayError {
     ))
 }
 
-/// Streams a table's rows in commit order per log, from a start point; with `follow` it
-/// then waits for each new commit (woken by the store, no polling) until the caller
-/// disconnects or the server shuts down.
+/// How often a live `follow` stream re-checks the caller's grants and policies.
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Re-authorizes a long-lived read against the current mirror and policies.
+struct Recheck {
+    state: Arc<GatewayState>,
+    principal: Principal,
+    table: Arc<HotTable>,
+}
+
+impl Recheck {
+    fn view(&self) -> Result<Arc<SecureView>> {
+        let governance = &self.state.governance;
+        governance.authorize_table(
+            &self.principal,
+            Privilege::TableReadData,
+            self.table.def().name(),
+        )?;
+        governance.view(&self.principal, &self.table)
+    }
+
+    /// Swaps in the current view. Revocation is `PermissionDenied`; a policy change that
+    /// keeps the visible columns takes effect in place, one that changes them ends the
+    /// stream, since a Flight stream cannot change its schema.
+    fn refresh(&self, view: &mut Arc<SecureView>) -> Result<()> {
+        let current = self.view()?;
+        if current.schema() != view.schema() {
+            return Err(GatewayError::Unavailable(
+                "the policies on this table changed which columns you may see; reopen the stream"
+                    .into(),
+            ));
+        }
+        *view = current;
+        Ok(())
+    }
+}
+
+/// Streams a table's rows in commit order per log, from a start point, through the
+/// caller's secure view; with `follow` it then waits for each new commit (woken by the
+/// store, no polling) until the caller disconnects or the server shuts down. A follow
+/// stream re-checks its authorization every [`RECHECK_EVERY`] and ends with
+/// `PermissionDenied` once the grant is gone.
 fn changelog(
     table: Arc<HotTable>,
+    view: Arc<SecureView>,
     c: Changelog,
+    recheck: Recheck,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(SchemaRef, BatchStream)> {
     // Resolved up front so a bad column fails the call, not the stream.
-    let schema = table.projected_schema(c.columns.as_deref())?;
+    let (schema, projection) = match &c.columns {
+        Some(cols) => {
+            let schema = check_columns(&view, cols)?;
+            let indices = cols
+                .iter()
+                .map(|n| view.schema().index_of(n))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            (schema, Some(indices))
+        }
+        None => (Arc::clone(view.schema()), None),
+    };
     let mut offsets: HashMap<LogId, u64> = match c.from {
         ChangelogStart::Latest => table.end_offsets(),
         ChangelogStart::Earliest | ChangelogStart::Time(_) => HashMap::new(),
@@ -382,17 +459,22 @@ fn changelog(
     let (tx, rx) = mpsc::channel::<Result<RecordBatch>>(16);
     tokio::spawn(async move {
         let mut commits = table.watch_commits();
+        let mut view = view;
+        let mut tick = tokio::time::interval(RECHECK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             commits.borrow_and_update();
             let ends = table.end_offsets();
+            // The view reads whole stored rows: its row filter may need any column.
             let request = ScanRequest {
-                columns: c.columns.clone(),
+                columns: None,
                 since,
                 start_offsets: offsets.clone(),
                 end_offsets: ends.clone(),
                 ..Default::default()
             };
             let (reader_table, reader_tx) = (Arc::clone(&table), tx.clone());
+            let (reader_view, reader_projection) = (Arc::clone(&view), projection.clone());
             let read = tokio::task::spawn_blocking(move || -> bool {
                 let scan = match reader_table.scan(&request) {
                     Ok(s) => s,
@@ -402,12 +484,16 @@ fn changelog(
                     }
                 };
                 for item in scan {
-                    let failed = item.is_err();
-                    if reader_tx
-                        .blocking_send(item.map(|b| b.batch).map_err(GatewayError::from))
-                        .is_err()
-                        || failed
-                    {
+                    let batch = item.map_err(GatewayError::from).and_then(|b| {
+                        let visible = reader_view.apply(&b.batch)?;
+                        Ok(match &reader_projection {
+                            Some(p) => visible.project(p)?,
+                            None => visible,
+                        })
+                    });
+                    let failed = batch.is_err();
+                    let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);
+                    if !empty && reader_tx.blocking_send(batch).is_err() || failed {
                         return false;
                     }
                 }
@@ -418,10 +504,20 @@ fn changelog(
                 break;
             }
             offsets = ends;
-            tokio::select! {
-                changed = commits.changed() => if changed.is_err() { break },
-                _ = shutdown.changed() => break,
-                _ = tx.closed() => break,
+            loop {
+                let committed = tokio::select! {
+                    changed = commits.changed() => if changed.is_err() { return } else { true },
+                    _ = tick.tick() => false,
+                    _ = shutdown.changed() => return,
+                    _ = tx.closed() => return,
+                };
+                if let Err(e) = recheck.refresh(&mut view) {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+                if committed {
+                    break;
+                }
             }
         }
     });
@@ -463,25 +559,35 @@ impl FlightService for HotgateFlight {
         let mut infos = Vec::new();
         for table in self.state.store.tables() {
             let name = table.def().name();
-            if self
-                .state
-                .authz
-                .authorize(&principal, Privilege::TableList, Some(name))
+            let governance = &self.state.governance;
+            if governance
+                .authorize_table(&principal, Privilege::TableList, name)
                 .is_err()
             {
                 continue;
             }
-            let descriptor = FlightDescriptor::new_path(vec![
-                name.namespace().to_owned(),
-                name.name().to_owned(),
-            ]);
+            // Listing shows only what the caller may read, with denied columns absent.
+            let readable = governance
+                .authorize_table(&principal, Privilege::TableReadData, name)
+                .and_then(|()| governance.view(&principal, &table));
+            let schema = match readable {
+                Ok(view) => view.schema().as_ref().clone(),
+                Err(_) => arrow_schema::Schema::empty(),
+            };
+            let descriptor = FlightDescriptor::new_path(
+                name.namespace()
+                    .split('.')
+                    .chain([name.name()])
+                    .map(str::to_owned)
+                    .collect(),
+            );
             let ticket = serde_json::to_vec(&TicketJson {
                 table: name.to_string(),
                 ..Default::default()
             })
             .map_err(|e| Status::internal(e.to_string()))?;
             let info = FlightInfo::new()
-                .try_with_schema(table.def().stored_schema())
+                .try_with_schema(&schema)
                 .map_err(|e| Status::internal(e.to_string()))?
                 .with_descriptor(descriptor)
                 .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)));

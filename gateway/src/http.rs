@@ -1,4 +1,7 @@
-//! The HTTP API (axum): health, metrics and table administration.
+//! The HTTP API (axum): health, metrics, tables, the grant mirror and data policies.
+//!
+//! Every route but `/healthz` and `/metrics` authenticates the caller; admin routes need
+//! `CATALOG_MANAGE_ACCESS` on the catalog.
 
 use std::sync::Arc;
 
@@ -6,12 +9,11 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use hotgate_policy::Principal;
+use hotgate_policy::{DataPolicy, Principal, Privilege, Resource};
 use hotgate_store::{HotTable, TableName, TableSpec};
 
-use crate::auth::Privilege;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
@@ -21,6 +23,14 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/tables", get(list_tables).post(create_table))
         .route("/v1/tables/{id}", get(get_table))
+        .route("/v1/grants", get(get_grants))
+        .route("/v1/grants/sync", post(sync_grants))
+        .route("/v1/grants/drift", get(grants_drift))
+        .route("/v1/policies", get(list_policies).post(create_policy))
+        .route(
+            "/v1/policies/{id}",
+            get(get_policy).put(replace_policy).delete(delete_policy),
+        )
         .with_state(state)
 }
 
@@ -72,9 +82,11 @@ async fn create_table(
     let principal = principal(&state, &headers)?;
     let Json(spec) = body.map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
     let name = TableName::parse(&format!("{}.{}", spec.namespace, spec.name))?;
-    state
-        .authz
-        .authorize(&principal, Privilege::TableCreate, Some(&name))?;
+    state.governance.authorize(
+        &principal,
+        Privilege::TableCreate,
+        &Resource::Namespace(vec![name.namespace().to_owned()]),
+    )?;
     let table = state.store.create_table(spec).await?;
     tracing::info!(table = %name, principal = %principal.name, "table created");
     Ok((StatusCode::CREATED, Json(describe(&table))))
@@ -91,8 +103,8 @@ async fn list_tables(
         .iter()
         .filter(|t| {
             state
-                .authz
-                .authorize(&principal, Privilege::TableList, Some(t.def().name()))
+                .governance
+                .authorize_table(&principal, Privilege::TableList, t.def().name())
                 .is_ok()
         })
         .map(|t| describe(t))
@@ -108,8 +120,139 @@ async fn get_table(
     let principal = principal(&state, &headers)?;
     let name = TableName::parse(&id)?;
     state
-        .authz
-        .authorize(&principal, Privilege::TableList, Some(&name))?;
+        .governance
+        .authorize_table(&principal, Privilege::TableList, &name)?;
     let table = state.store.table(&name)?;
     Ok(Json(describe(&table)))
+}
+
+/// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog.
+fn admin(state: &GatewayState, headers: &HeaderMap) -> Result<Principal> {
+    let principal = principal(state, headers)?;
+    state.governance.authorize(
+        &principal,
+        Privilege::CatalogManageAccess,
+        &Resource::Catalog,
+    )?;
+    Ok(principal)
+}
+
+async fn get_grants(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
+    admin(&state, &headers)?;
+    let mirror = state.governance.mirror();
+    Ok(Json(serde_json::json!({
+        "status": state.governance.status(),
+        "catalog": mirror.catalog(),
+        "document": mirror.document(),
+    })))
+}
+
+async fn sync_grants(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
+    let principal = admin(&state, &headers)?;
+    let report = state.governance.sync().await?;
+    tracing::info!(principal = %principal.name, version = report.version, changed = report.changed, "grants synced on request");
+    Ok(Json(report))
+}
+
+async fn grants_drift(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
+    admin(&state, &headers)?;
+    let drift = state.governance.drift().await?;
+    Ok(Json(serde_json::json!({
+        "mirror_version": state.governance.mirror().version(),
+        "in_sync": drift.is_empty(),
+        "differences": drift,
+    })))
+}
+
+async fn list_policies(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse> {
+    admin(&state, &headers)?;
+    Ok(Json(state.governance.policies().as_ref().clone()))
+}
+
+async fn get_policy(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    admin(&state, &headers)?;
+    let set = state.governance.policies();
+    let policy = set
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| GatewayError::NotFound(format!("no policy {id:?}")))?;
+    Ok(Json(policy))
+}
+
+fn policy_body(body: std::result::Result<Json<DataPolicy>, JsonRejection>) -> Result<DataPolicy> {
+    body.map(|Json(p)| p)
+        .map_err(|e| GatewayError::InvalidArgument(e.body_text()))
+}
+
+async fn create_policy(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<DataPolicy>, JsonRejection>,
+) -> Result<impl IntoResponse> {
+    let principal = admin(&state, &headers)?;
+    let policy = policy_body(body)?;
+    let id = policy.id.clone();
+    let set = state
+        .governance
+        .change_policies(&state.store, |s| s.with_created(policy))
+        .await?;
+    tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy created");
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({"policy_set_version": set.version, "policy": set.get(&id)})),
+    ))
+}
+
+async fn replace_policy(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: std::result::Result<Json<DataPolicy>, JsonRejection>,
+) -> Result<impl IntoResponse> {
+    let principal = admin(&state, &headers)?;
+    let policy = policy_body(body)?;
+    if state.governance.policies().get(&id).is_none() {
+        return Err(GatewayError::NotFound(format!("no policy {id:?}")));
+    }
+    let set = state
+        .governance
+        .change_policies(&state.store, |s| s.with_replaced(&id, policy))
+        .await?;
+    tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy replaced");
+    Ok(Json(
+        serde_json::json!({"policy_set_version": set.version, "policy": set.get(&id)}),
+    ))
+}
+
+async fn delete_policy(
+    State(state): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    let principal = admin(&state, &headers)?;
+    if state.governance.policies().get(&id).is_none() {
+        return Err(GatewayError::NotFound(format!("no policy {id:?}")));
+    }
+    let set = state
+        .governance
+        .change_policies(&state.store, |s| s.without(&id))
+        .await?;
+    tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy deleted");
+    Ok(Json(serde_json::json!({"policy_set_version": set.version})))
 }

@@ -1,6 +1,6 @@
 //! Query planning with DataFusion: the hot table as a `TableProvider` whose scans stream
 //! from the store with projection and event-time pushdown, and the plan a scan command
-//! compiles to.
+//! compiles to, always inside the caller's secure view.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -18,6 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, LogId, ScanRequest};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -229,15 +230,25 @@ pub fn session() -> SessionContext {
     SessionContext::new_with_config(SessionConfig::new().with_target_partitions(MAX_PARTITIONS))
 }
 
-/// Compiles a scan command into a DataFusion plan over the hot table.
-pub async fn plan_scan(table: Arc<HotTable>, scan: &Scan) -> Result<DataFrame> {
-    // Checked here so an unknown column is named plainly, not in DataFusion's words.
-    table
-        .projected_schema(scan.columns.as_deref())
-        .map_err(|e| GatewayError::InvalidArgument(format!("columns: {e}")))?;
-    let provider = HotTableProvider::new(table, scan.since, scan.until, scan.buckets.clone());
+/// Compiles a scan command into a DataFusion plan: the hot table wrapped in the caller's
+/// secure view (row filter on unmasked values, then masks), with the caller's own filter,
+/// projection and limit on top, so they only ever see masked values.
+pub async fn plan_scan(table: Arc<HotTable>, view: &SecureView, scan: &Scan) -> Result<DataFrame> {
+    if let Some(cols) = &scan.columns {
+        check_columns(view, cols)?;
+    }
     let ctx = session();
+    if let Some(filter) = &scan.filter {
+        check_filter_columns(&ctx, &table, view, filter)?;
+    }
+    let provider = HotTableProvider::new(table, scan.since, scan.until, scan.buckets.clone());
     let mut df = ctx.read_table(Arc::new(provider))?;
+    if !view.is_unrestricted() {
+        if let Some(row_filter) = view.row_filter() {
+            df = df.filter(row_filter.clone())?;
+        }
+        df = df.select(view.projection().to_vec())?;
+    }
     if let Some(filter) = &scan.filter {
         let expr = df.parse_sql_expr(filter).map_err(|e| {
             GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
@@ -254,4 +265,46 @@ pub async fn plan_scan(table: Arc<HotTable>, scan: &Scan) -> Result<DataFrame> {
         df = df.limit(0, Some(limit))?;
     }
     Ok(df)
+}
+
+/// Requested columns: a denied one is `PermissionDenied` naming it; an unknown one is
+/// `InvalidArgument`. Returns the visible schema projected to the request.
+pub fn check_columns(view: &SecureView, columns: &[String]) -> Result<SchemaRef> {
+    let mut indices = Vec::with_capacity(columns.len());
+    for c in columns {
+        view.check_column(c)?;
+        let i = view.schema().index_of(c).map_err(|_| {
+            let known: Vec<&str> = view
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            GatewayError::InvalidArgument(format!(
+                "columns: unknown column {c:?}; the table has columns {}",
+                known.join(", ")
+            ))
+        })?;
+        indices.push(i);
+    }
+    Ok(Arc::new(view.schema().project(&indices)?))
+}
+
+/// A caller's filter naming a denied column is refused before planning, naming it,
+/// rather than failing later as an unknown column (which would hide the reason).
+fn check_filter_columns(
+    ctx: &SessionContext,
+    table: &HotTable,
+    view: &SecureView,
+    filter: &str,
+) -> Result<()> {
+    let full =
+        datafusion::common::DFSchema::try_from(table.def().stored_schema().as_ref().clone())?;
+    // A filter that does not parse against the table is reported by the real parse.
+    if let Ok(expr) = ctx.parse_sql_expr(filter, &full) {
+        for column in expr.column_refs() {
+            view.check_column(&column.name)?;
+        }
+    }
+    Ok(())
 }

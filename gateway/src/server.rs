@@ -13,10 +13,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::auth::{AllowAuthenticated, Authenticator};
+use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::{GatewayError, Result};
 use crate::flight::HotgateFlight;
+use crate::governance::Governance;
 use crate::metrics::GatewayMetrics;
 use crate::state::GatewayState;
 
@@ -118,9 +119,12 @@ pub async fn run(
 ) -> Result<()> {
     let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
     let authn = Arc::new(Authenticator::new(validator(&config).await?));
-    tracing::warn!(
-        "authorization: no grant mirror is configured yet, so every authenticated caller may \
-         read, write and create every table"
+    let governance = Arc::new(Governance::open(&config).await?);
+    tracing::info!(
+        source = %governance.status().source,
+        catalog = %config.grants.catalog,
+        policies = governance.policies().policies.len(),
+        "grant mirror loaded"
     );
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
@@ -133,10 +137,11 @@ pub async fn run(
             stop_rx.clone(),
         );
     }
+    governance.spawn_refresh(config.grants.refresh, stop_rx.clone());
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
         authn: Arc::clone(&authn),
-        authz: Arc::new(AllowAuthenticated),
+        governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),
         shutdown: stop_rx.clone(),
     });

@@ -1,18 +1,20 @@
-//! What every handler shares: the store, the authorizer, metrics and the shutdown signal.
+//! What every handler shares: the store, authentication, governance (grants, policies,
+//! write key), metrics and the shutdown signal.
 
 use std::sync::Arc;
 
 use hotgate_store::Store;
 use tokio::sync::watch;
 
-use crate::auth::{Authenticator, Authorizer};
+use crate::auth::Authenticator;
+use crate::governance::Governance;
 use crate::metrics::GatewayMetrics;
 
 #[derive(Debug)]
 pub struct GatewayState {
     pub store: Arc<Store>,
     pub authn: Arc<Authenticator>,
-    pub authz: Arc<dyn Authorizer>,
+    pub governance: Arc<Governance>,
     pub metrics: Arc<GatewayMetrics>,
     /// Flips to `true` when the server begins shutting down; long-lived streams end.
     pub shutdown: watch::Receiver<bool>,

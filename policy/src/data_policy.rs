@@ -159,7 +159,8 @@ impl TryFrom<PolicyJson> for DataPolicy {
     type Error = PolicyError;
 
     fn try_from(j: PolicyJson) -> Result<Self, PolicyError> {
-        let bad = |detail: String| PolicyError::InvalidPolicy(format!("policy {:?}: {detail}", j.id));
+        let bad =
+            |detail: String| PolicyError::InvalidPolicy(format!("policy {:?}: {detail}", j.id));
         if j.id.is_empty()
             || !j
                 .id
@@ -400,15 +401,42 @@ mod tests {
     #[test]
     fn malformed_policies_name_the_problem() {
         let cases = [
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"row_filter"}), "needs \"expr\""),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"row_filter","expr":"a >"}), "expr:"),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_mask","column":"c","mask":"blur"}), "unknown mask \"blur\""),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c","tag":"t"}), "exactly one of"),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":[],"kind":"column_deny","column":"c"}), "at least one catalog role"),
-            (serde_json::json!({"id":"x","scope":{"table":"so"},"to":["r"],"kind":"column_deny","column":"c"}), "ns.table"),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"mask","column":"c"}), "unknown kind"),
-            (serde_json::json!({"id":"x y","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c"}), "policy id"),
-            (serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c","extra":1}), "unknown field"),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"row_filter"}),
+                "needs \"expr\"",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"row_filter","expr":"a >"}),
+                "expr:",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_mask","column":"c","mask":"blur"}),
+                "unknown mask \"blur\"",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c","tag":"t"}),
+                "exactly one of",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":[],"kind":"column_deny","column":"c"}),
+                "at least one catalog role",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"so"},"to":["r"],"kind":"column_deny","column":"c"}),
+                "ns.table",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"mask","column":"c"}),
+                "unknown kind",
+            ),
+            (
+                serde_json::json!({"id":"x y","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c"}),
+                "policy id",
+            ),
+            (
+                serde_json::json!({"id":"x","scope":{"table":"s.o"},"to":["r"],"kind":"column_deny","column":"c","extra":1}),
+                "unknown field",
+            ),
         ];
         for (v, want) in cases {
             let e = parse(v.clone()).unwrap_err();

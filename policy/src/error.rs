@@ -35,7 +35,9 @@ impl PolicyError {
     pub fn is_denial(&self) -> bool {
         matches!(
             self,
-            PolicyError::Denied(_) | PolicyError::ColumnDenied { .. } | PolicyError::Unenforceable { .. }
+            PolicyError::Denied(_)
+                | PolicyError::ColumnDenied { .. }
+                | PolicyError::Unenforceable { .. }
         )
     }
 }

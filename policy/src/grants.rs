@@ -162,7 +162,10 @@ fn escape(s: &str) -> String {
 pub enum Resource {
     Catalog,
     Namespace(Vec<String>),
-    Table { namespace: Vec<String>, name: String },
+    Table {
+        namespace: Vec<String>,
+        name: String,
+    },
 }
 
 impl Resource {
@@ -488,7 +491,10 @@ fn facts(doc: &GrantsDocument) -> BTreeMap<String, (&'static str, serde_json::Va
         }
     }
     for pr in &doc.principal_roles {
-        add("principal_role", serde_json::json!({"principalRole": pr.name}));
+        add(
+            "principal_role",
+            serde_json::json!({"principalRole": pr.name}),
+        );
         for p in &pr.principals {
             add(
                 "principal_assignment",
@@ -582,13 +588,21 @@ mod tests {
         let alice = principal("alice", ActivatedRoles::All);
         assert!(m.check(&alice, Privilege::TableReadData, &orders).is_ok());
         assert!(
-            m.check(&alice, Privilege::TableReadData, &Resource::table("sales", "x"))
-                .is_ok()
+            m.check(
+                &alice,
+                Privilege::TableReadData,
+                &Resource::table("sales", "x")
+            )
+            .is_ok()
         );
         // `sales` does not cover `salesx`.
         assert!(
-            m.check(&alice, Privilege::TableReadData, &Resource::table("salesx", "orders"))
-                .is_err()
+            m.check(
+                &alice,
+                Privilege::TableReadData,
+                &Resource::table("salesx", "orders")
+            )
+            .is_err()
         );
         // Another catalog's grants do not leak into this one.
         assert!(m.check(&alice, Privilege::TableCreate, &orders).is_err());
@@ -597,8 +611,12 @@ mod tests {
         assert!(m.check(&bob, Privilege::TableReadData, &orders).is_ok());
         assert!(m.check(&bob, Privilege::TableWriteData, &orders).is_ok());
         assert!(
-            m.check(&bob, Privilege::TableReadData, &Resource::table("sales", "x"))
-                .is_err()
+            m.check(
+                &bob,
+                Privilege::TableReadData,
+                &Resource::table("sales", "x")
+            )
+            .is_err()
         );
         // A role not activated by the scope does not count.
         let alice_analyst = principal("alice", only(&["analyst", "admin"]));
@@ -611,7 +629,11 @@ mod tests {
             BTreeSet::from(["analyst".to_string()])
         );
         let e = m
-            .check(&principal("mallory", ActivatedRoles::All), Privilege::TableList, &orders)
+            .check(
+                &principal("mallory", ActivatedRoles::All),
+                Privilege::TableList,
+                &orders,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("no principal roles"), "{e}");
         let e = m
@@ -626,7 +648,10 @@ mod tests {
             "catalogs":[{"name":"hotgate","catalogRoles":[{"name":"r","grants":[
                 {"type":"catalog","privilege":"TABLE_READ"}]}]}]}));
         let e = GrantsMirror::build(d, "hotgate", 1).await.unwrap_err();
-        assert!(e.to_string().contains("unknown privilege \"TABLE_READ\""), "{e}");
+        assert!(
+            e.to_string().contains("unknown privilege \"TABLE_READ\""),
+            "{e}"
+        );
         let bad: Result<GrantsDocument, _> = serde_json::from_value(serde_json::json!({
             "catalogs":[{"name":"hotgate","catalogRoles":[{"name":"r","grants":[
                 {"type":"bucket","privilege":"TABLE_READ_DATA"}]}]}]}));

@@ -112,7 +112,9 @@ impl Privilege {
                 CatalogManageGrantsOnSecurable,
                 CatalogManageAccess,
             ],
-            CatalogManageGrantsOnSecurable => &[CatalogManageGrantsOnSecurable, CatalogManageAccess],
+            CatalogManageGrantsOnSecurable => {
+                &[CatalogManageGrantsOnSecurable, CatalogManageAccess]
+            }
             NamespaceCreate => &[
                 NamespaceCreate,
                 NamespaceFullMetadata,
@@ -246,7 +248,11 @@ impl Privilege {
                 CatalogManageContent,
                 CatalogManageMetadata,
             ],
-            ViewFullMetadata => &[ViewFullMetadata, CatalogManageContent, CatalogManageMetadata],
+            ViewFullMetadata => &[
+                ViewFullMetadata,
+                CatalogManageContent,
+                CatalogManageMetadata,
+            ],
             ViewListGrants => &[
                 ViewListGrants,
                 ViewManageGrantsOnSecurable,
@@ -300,7 +306,10 @@ mod tests {
             sat(TableReadData),
             vec![TableReadData, TableWriteData, CatalogManageContent]
         );
-        assert_eq!(sat(TableWriteData), vec![TableWriteData, CatalogManageContent]);
+        assert_eq!(
+            sat(TableWriteData),
+            vec![TableWriteData, CatalogManageContent]
+        );
         assert!(!sat(TableReadData).contains(&CatalogManageAccess));
         assert!(sat(TableList).contains(&TableReadData));
         assert!(sat(TableCreate).contains(&CatalogManageContent));

@@ -53,7 +53,12 @@ impl ViewTable<'_> {
             .field(index)
             .metadata()
             .get(TAGS_KEY)
-            .map(|t| t.split(',').map(str::trim).filter(|t| !t.is_empty()).collect())
+            .map(|t| {
+                t.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -209,7 +214,8 @@ impl SecureView {
                     projection.push(col(column_ref(field.name())).alias(field.name()));
                 }
                 Some((p, mask)) => {
-                    let e = mask_expr(mask, field, key, &ctx, &df_schema).map_err(|d| fail(p, d))?;
+                    let e =
+                        mask_expr(mask, field, key, &ctx, &df_schema).map_err(|d| fail(p, d))?;
                     let t = e
                         .get_type(&df_schema)
                         .map_err(|e| fail(p, format!("mask: {}", e.strip_backtrace())))?;
@@ -442,7 +448,8 @@ fn mask_expr(
             ),
             DataType::Date32 | DataType::Date64 => {
                 let as_ts = cast(c(), DataType::Timestamp(TimeUnit::Microsecond, None));
-                let trunc = datafusion::functions::datetime::expr_fn::date_trunc(lit("year"), as_ts);
+                let trunc =
+                    datafusion::functions::datetime::expr_fn::date_trunc(lit("year"), as_ts);
                 cast(trunc, t.clone())
             }
             _ => {
@@ -490,13 +497,20 @@ impl ScalarUDFImpl for HmacMask {
         Ok(args.first().cloned().unwrap_or(DataType::Utf8))
     }
 
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
         let n = args.number_rows;
         let input = args
             .args
             .into_iter()
             .next()
-            .ok_or_else(|| datafusion::error::DataFusionError::Internal("hotgate_hmac takes one argument".into()))?
+            .ok_or_else(|| {
+                datafusion::error::DataFusionError::Internal(
+                    "hotgate_hmac takes one argument".into(),
+                )
+            })?
             .into_array(n)?;
         let hashed = self
             .key
@@ -590,7 +604,11 @@ mod tests {
             vec![
                 Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef,
                 Arc::new(StringArray::from(vec!["eu", "us", "eu"])),
-                Arc::new(StringArray::from(vec![Some("a@x.io"), Some("b@y.io"), None])),
+                Arc::new(StringArray::from(vec![
+                    Some("a@x.io"),
+                    Some("b@y.io"),
+                    None,
+                ])),
                 Arc::new(StringArray::from(vec!["4111111111111111", "5500", "12"])),
                 Arc::new(
                     TimestampMicrosecondArray::from(vec![
@@ -655,12 +673,19 @@ mod tests {
             .unwrap()
             .as_primitive::<arrow_array::types::TimestampMicrosecondType>();
         assert_eq!(ts.value(0), 1_672_531_200_000_000, "2023-01-01");
-        assert_eq!(analyst.schema().field(4).data_type(), s.field(4).data_type());
+        assert_eq!(
+            analyst.schema().field(4).data_type(),
+            s.field(4).data_type()
+        );
 
         let other = view(&p, &["clerk"]).unwrap().apply(&b).unwrap();
         assert_eq!(other.num_rows(), 3);
         assert_eq!(
-            other.column_by_name("card").unwrap().as_string::<i32>().value(1),
+            other
+                .column_by_name("card")
+                .unwrap()
+                .as_string::<i32>()
+                .value(1),
             HashKey::from_bytes([1; 32]).hmac_hex(b"5500")
         );
         let admin = view(&p, &["admin"]).unwrap();
@@ -678,7 +703,12 @@ mod tests {
             {"id":"m","scope":{"table":"sales.orders"},"to":["analyst"],"kind":"column_mask","column":"email","mask":"null"}
         ]));
         let v = view(&p, &["analyst"]).unwrap();
-        let names: Vec<&str> = v.schema().fields().iter().map(|f| f.name().as_str()).collect();
+        let names: Vec<&str> = v
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         assert_eq!(names, ["id", "region", "ts"]);
         let e = v.check_column("card").unwrap_err();
         assert_eq!(
@@ -709,13 +739,34 @@ mod tests {
     #[test]
     fn fail_closed_cases_name_the_policy() {
         let cases = [
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_deny","column":"nope"}), "unknown column \"nope\""),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","tag":"secret","mask":"null"}), "no column is tagged \"secret\""),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"row_filter","expr":"id + 1"}), "not boolean"),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"row_filter","expr":"missing = 1"}), "row filter"),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"id","mask":{"expr":"'x'"}}), "the mask returns Utf8 but column \"id\" is Int64"),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"id","mask":"redact"}), "applies to string columns"),
-            (serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"region","mask":"year_only"}), "year_only applies"),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_deny","column":"nope"}),
+                "unknown column \"nope\"",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","tag":"secret","mask":"null"}),
+                "no column is tagged \"secret\"",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"row_filter","expr":"id + 1"}),
+                "not boolean",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"row_filter","expr":"missing = 1"}),
+                "row filter",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"id","mask":{"expr":"'x'"}}),
+                "the mask returns Utf8 but column \"id\" is Int64",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"id","mask":"redact"}),
+                "applies to string columns",
+            ),
+            (
+                serde_json::json!({"id":"p1","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"region","mask":"year_only"}),
+                "year_only applies",
+            ),
         ];
         for (json, want) in cases {
             let p = policies(serde_json::json!([json]));
@@ -735,7 +786,10 @@ mod tests {
             {"id":"e","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_mask","column":"id","mask":{"expr":"id * 0"}}
         ]));
         let out = view(&p, &["r"]).unwrap().apply(&batch(&schema())).unwrap();
-        let ids = out.column_by_name("id").unwrap().as_primitive::<arrow_array::types::Int64Type>();
+        let ids = out
+            .column_by_name("id")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Int64Type>();
         assert_eq!(ids.values().to_vec(), [0, 0, 0]);
     }
 

@@ -31,7 +31,7 @@ pub use hot_table::{AppendResult, AppendedPart, HotTable, PendingAppend, Retenti
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};
-pub use store::{Store, StoreOptions};
+pub use store::{Store, StoreOptions, write_file_durable};
 pub use table::{
     ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, WriteRule,
 };

@@ -152,7 +152,7 @@ fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
-fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
     f.write_all(bytes)

@@ -56,9 +56,12 @@ pub struct TableName {
 }
 
 impl TableName {
-    /// A user table name; both parts must be `[a-z][a-z0-9_]*`.
+    /// A user table name. The name is `[a-z][a-z0-9_]*`; the namespace is one or more
+    /// such parts joined by `.` (`sales` or `sales.eu`), as Iceberg namespaces nest.
     pub fn new(namespace: &str, name: &str) -> Result<Self> {
-        check_ident("namespace", namespace)?;
+        for part in namespace.split('.') {
+            check_ident("namespace", part)?;
+        }
         check_ident("table name", name)?;
         Ok(Self {
             namespace: namespace.to_owned(),
@@ -75,9 +78,9 @@ impl TableName {
         })
     }
 
-    /// Parses `namespace.table`.
+    /// Parses `namespace.table`; the table is the part after the last `.`.
     pub fn parse(qualified: &str) -> Result<Self> {
-        let Some((ns, name)) = qualified.split_once('.') else {
+        let Some((ns, name)) = qualified.rsplit_once('.') else {
             return Err(StoreError::InvalidRequest(format!(
                 "table {qualified:?} must be written as namespace.table"
             )));
@@ -380,6 +383,13 @@ impl TableDef {
                 .map_err(|e| StoreError::InvalidDefinition(format!("{name}: {e}")))?;
             if !seen.insert(c.name.clone()) {
                 return invalid(format!("column {} is declared twice", c.name));
+            }
+            if c.write == WriteRule::Hash && c.column_type != ColumnType::String {
+                return invalid(format!(
+                    "column {} has write rule hash, which stores HMAC-SHA256 hex: declare it \
+                     \"type\": \"string\", not {}",
+                    c.name, c.column_type
+                ));
             }
             for tag in &c.tags {
                 let ok = matches!(tag.chars().next(), Some('a'..='z'))

@@ -39,12 +39,21 @@ impl Server {
         Self::start_env(data_dir, flight, http, &[])
     }
 
+    /// Starts `hotgate serve`. Unless the test wrote its own `grants.json` first, the
+    /// data dir gets [`content_grants`], so tests that are not about authorization run
+    /// as principals holding every content privilege.
     pub fn start_env(
         data_dir: &Path,
         flight: SocketAddr,
         http: SocketAddr,
         env: &[(&str, &str)],
     ) -> Self {
+        let polaris = env
+            .iter()
+            .any(|(k, v)| *k == "HOTGATE_GRANTS_SOURCE" && *v == "polaris");
+        if !polaris && !data_dir.join("grants.json").exists() {
+            write_grants(data_dir, &content_grants());
+        }
         let child = Command::new(BIN)
             .args(["serve", "--data-dir"])
             .arg(data_dir)
@@ -132,6 +141,54 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Grants for tests that are not about authorization: principals alice, ingest, py and
+/// bob hold CATALOG_MANAGE_CONTENT on the catalog (through principal roles `writer` and
+/// `analyst`); root / admin is the bootstrap administrator.
+pub fn content_grants() -> serde_json::Value {
+    serde_json::json!({
+        "catalogs": [{"name": "hotgate", "catalogRoles": [
+            {"name": "content", "principalRoles": ["writer", "analyst"],
+             "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"}]},
+            {"name": "catalog_admin", "principalRoles": ["admin"],
+             "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
+                        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"}]}
+        ]}],
+        "principalRoles": [
+            {"name": "writer", "principals": ["alice", "ingest", "py", "bob"]},
+            {"name": "analyst", "principals": ["alice"]},
+            {"name": "admin", "principals": ["root"]}
+        ]
+    })
+}
+
+/// Writes the grants document the file source reads.
+pub fn write_grants(data_dir: &Path, doc: &serde_json::Value) {
+    std::fs::create_dir_all(data_dir).unwrap();
+    let tmp = data_dir.join("grants.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(doc).unwrap()).unwrap();
+    std::fs::rename(tmp, data_dir.join("grants.json")).unwrap();
+}
+
+/// An HTTP call with a bearer token; returns the status and the JSON body.
+pub async fn http_json(
+    server: &Server,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, server.http_url(path))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        request = request.json(&b);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let body = response.json().await.unwrap_or(serde_json::Value::Null);
+    (status, body)
 }
 
 /// `hotgate token` against a data dir.

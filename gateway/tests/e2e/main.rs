@@ -2,6 +2,7 @@
 //! real Flight client (arrow-flight) and, in `pyarrow_client`, by pyarrow.flight.
 
 mod auth;
+mod governance;
 mod harness;
 mod ingest;
 mod pyarrow_client;

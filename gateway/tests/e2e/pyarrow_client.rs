@@ -1,5 +1,5 @@
-//! Runs the pyarrow.flight client test (`tests/python/test_pyarrow_flight.py`) against the
-//! real binary. The venv comes from `scripts/setup`; a missing venv fails the test.
+//! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough and governed
+//! reads) against the real binary. The venv comes from `scripts/setup`; a missing venv fails the test.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,6 +16,18 @@ fn pyarrow_flight_walkthrough() {
         python.display()
     );
     let dir = tempfile::tempdir().unwrap();
+    // The test grants, plus an analyst who may only read namespace `gov`.
+    let mut grants = content_grants();
+    grants["catalogs"][0]["catalogRoles"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "py_reader", "principalRoles": ["py_analysts"],
+            "grants": [{"type": "namespace", "namespace": ["gov"], "privilege": "TABLE_READ_DATA"}]}));
+    grants["principalRoles"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "py_analysts", "principals": ["py_analyst"]}));
+    write_grants(dir.path(), &grants);
     let server = Server::start(dir.path());
     let token = server.token("py", &["writer"]);
     let out = Command::new(&python)
@@ -24,6 +36,11 @@ fn pyarrow_flight_walkthrough() {
         .env("HOTGATE_FLIGHT", format!("grpc://{}", server.flight))
         .env("HOTGATE_HTTP", format!("http://{}", server.http))
         .env("HOTGATE_TOKEN", &token)
+        .env("HOTGATE_ADMIN_TOKEN", server.token("root", &["admin"]))
+        .env(
+            "HOTGATE_ANALYST_TOKEN",
+            server.token("py_analyst", &["ALL"]),
+        )
         .output()
         .unwrap();
     let text = format!(

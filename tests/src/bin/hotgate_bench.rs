@@ -5,6 +5,9 @@
 //! Freshness: each row carries `produced_at`, set by the producer just before it sends
 //! the batch over a long-lived DoPut; a follow-mode changelog DoGet records when each row
 //! arrives. Steady rate: `HOTGATE_BENCH_RATE` rows/s (default 2000), 12,000 rows.
+//! Governance: the same reads as an analyst under one row filter and two masks, against
+//! an admin (no policy applies), in the same run; and the per-call cost of the grant check
+//! plus the cached secure view.
 
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
@@ -408,6 +411,84 @@ async fn read_throughput(
     Ok((median(times), rows))
 }
 
+fn bench_grants() -> serde_json::Value {
+    serde_json::json!({
+        "catalogs": [{"name": "hotgate", "catalogRoles": [
+            {"name": "catalog_admin", "principalRoles": ["admin"], "grants": [
+                {"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
+                {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"}]},
+            {"name": "reader", "principalRoles": ["analysts"], "grants": [
+                {"type": "namespace", "namespace": ["bench"], "privilege": "TABLE_READ_DATA"}]}
+        ]}],
+        "principalRoles": [
+            {"name": "admin", "principals": ["root"]},
+            {"name": "analysts", "principals": ["analyst"]}
+        ]
+    })
+}
+
+/// One row filter that keeps every row (so both callers stream the same rows) and two
+/// masks on columns the 5-column read selects (`c11` string, `c31` float64).
+fn bench_policies() -> Vec<serde_json::Value> {
+    vec![
+        serde_json::json!({"id": "rows", "scope": {"table": "bench.wide"}, "to": ["reader"],
+            "kind": "row_filter", "expr": "key >= 0"}),
+        serde_json::json!({"id": "redact_c11", "scope": {"table": "bench.wide"}, "to": ["reader"],
+            "kind": "column_mask", "column": "c11", "mask": "redact"}),
+        serde_json::json!({"id": "null_c31", "scope": {"table": "bench.wide"}, "to": ["reader"],
+            "kind": "column_mask", "column": "c31", "mask": "null"}),
+    ]
+}
+
+/// Per-call cost of what each read does before planning: the grant check (casbin over
+/// the mirror) and the secure view lookup (cached), measured in-process on the bench's
+/// own grants, policies and table definition.
+async fn authorization_cost(data_dir: &std::path::Path) -> BenchResult<serde_json::Value> {
+    use hotgate_policy::{
+        ActivatedRoles, GrantsDocument, GrantsMirror, HashKey, PolicySet, Principal, Privilege,
+        Resource, SecureViewCache, ViewTable,
+    };
+    let doc: GrantsDocument = serde_json::from_value(bench_grants())?;
+    let mirror = GrantsMirror::build(doc, "hotgate", 1).await?;
+    let policies: PolicySet =
+        serde_json::from_slice(&std::fs::read(data_dir.join("policies.json"))?)?;
+    let def = hotgate_store::TableDef::new(serde_json::from_value(wide_spec())?)?;
+    let analyst = Principal {
+        name: "analyst".into(),
+        id: None,
+        roles: ActivatedRoles::All,
+        token_id: None,
+    };
+    let resource = Resource::table("bench", "wide");
+    let cache = SecureViewCache::default();
+    let key = HashKey::generate();
+    let table = ViewTable {
+        namespace: "bench",
+        name: "wide",
+        schema: def.stored_schema(),
+    };
+    const CALLS: u32 = 20_000;
+    let mut medians = serde_json::Map::new();
+    for (what, per_call) in [("grant_check", true), ("grant_check_and_view", false)] {
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            let start = Instant::now();
+            for _ in 0..CALLS {
+                mirror.check(&analyst, Privilege::TableReadData, &resource)?;
+                if !per_call {
+                    let roles = mirror.catalog_roles(&analyst);
+                    cache.get_or_compile(table, &roles, &policies, &key)?;
+                }
+            }
+            runs.push(start.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS));
+        }
+        medians.insert(format!("{what}_us"), median(runs).into());
+    }
+    medians.insert("bench".into(), "authorization_cost".into());
+    medians.insert("calls_per_run".into(), CALLS.into());
+    Ok(serde_json::Value::Object(medians))
+}
+
 async fn bench() -> BenchResult<()> {
     let dir = tempfile::tempdir()?;
     let config = Config {
@@ -416,11 +497,14 @@ async fn bench() -> BenchResult<()> {
         http_addr: free_addr(),
         ..Config::default()
     };
-    let token = hotgate_gateway::server::embedded_issuer(&config)?.mint(
-        "bench",
-        &["ALL".into()],
-        Duration::from_secs(3600),
+    // The bootstrap administrator, plus an analyst who may read the bench namespace.
+    std::fs::write(
+        dir.path().join("grants.json"),
+        serde_json::to_vec(&bench_grants())?,
     )?;
+    let issuer = hotgate_gateway::server::embedded_issuer(&config)?;
+    let token = issuer.mint("root", &["admin".into()], Duration::from_secs(3600))?;
+    let analyst = issuer.mint("analyst", &["ALL".into()], Duration::from_secs(3600))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
         let _ = stop_rx.await;
@@ -499,6 +583,46 @@ async fn bench() -> BenchResult<()> {
     }
     summary.insert("bench".into(), "flight_read_summary".into());
     println!("{}", serde_json::Value::Object(summary));
+
+    // Governed (one row filter, two masks) against admin (no policy), same data.
+    for body in bench_policies() {
+        let r = http
+            .post(format!("http://{}/v1/policies", config.http_addr))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("create policy: {}", r.text().await?).into());
+        }
+    }
+    let mut summary = serde_json::Map::new();
+    for columns in [5usize, 50] {
+        let (admin_s, admin_rows) = read_throughput(&mut client, Some(&token), columns).await?;
+        let (gov_s, gov_rows) = read_throughput(&mut client, Some(&analyst), columns).await?;
+        if admin_rows != gov_rows {
+            return Err(
+                format!("row counts differ: admin {admin_rows}, governed {gov_rows}").into(),
+            );
+        }
+        for (who, secs) in [("admin", admin_s), ("governed", gov_s)] {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": "governed_read", "caller": who, "columns": columns, "of": WIDE_COLUMNS,
+                    "rows": gov_rows, "median_s": secs, "rows_per_s": gov_rows as f64 / secs,
+                    "policies": if who == "admin" { 0 } else { 3 },
+                })
+            );
+        }
+        summary.insert(
+            format!("governed_over_admin_{columns}_of_{WIDE_COLUMNS}"),
+            (admin_s / gov_s).into(),
+        );
+    }
+    summary.insert("bench".into(), "governed_read_summary".into());
+    println!("{}", serde_json::Value::Object(summary));
+    println!("{}", authorization_cost(dir.path()).await?);
     let _ = stop_tx.send(());
     server.await??;
     Ok(())
