@@ -775,13 +775,13 @@ mod polaris_stub {
 
     type Shared = (Arc<Mutex<Value>>, Arc<Mutex<bool>>);
 
-    fn check(state: &Shared, headers: &HeaderMap) -> Result<Value, Response> {
+    fn check(state: &Shared, headers: &HeaderMap) -> Result<Value, StatusCode> {
         if *state.1.lock().unwrap() {
-            return Err((StatusCode::INTERNAL_SERVER_ERROR, "stub told to fail").into_response());
+            return Err(StatusCode::INTERNAL_SERVER_ERROR);
         }
         let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
         if auth != Some(&format!("Bearer {TOKEN}")) {
-            return Err(StatusCode::UNAUTHORIZED.into_response());
+            return Err(StatusCode::UNAUTHORIZED);
         }
         Ok(state.0.lock().unwrap().clone())
     }
@@ -809,7 +809,7 @@ mod polaris_stub {
                     .collect();
                 axum::Json(json!({ "roles": roles })).into_response()
             }
-            Err(r) => r,
+            Err(code) => code.into_response(),
         }
     }
 
@@ -826,7 +826,7 @@ mod polaris_stub {
                 Some(r) => axum::Json(json!({"grants": r["grants"]})).into_response(),
                 None => StatusCode::NOT_FOUND.into_response(),
             },
-            Err(r) => r,
+            Err(code) => code.into_response(),
         }
     }
 
@@ -851,7 +851,7 @@ mod polaris_stub {
                 }
                 None => StatusCode::NOT_FOUND.into_response(),
             },
-            Err(r) => r,
+            Err(code) => code.into_response(),
         }
     }
 
@@ -866,7 +866,7 @@ mod polaris_stub {
                     .collect();
                 axum::Json(json!({ "roles": roles })).into_response()
             }
-            Err(r) => r,
+            Err(code) => code.into_response(),
         }
     }
 
@@ -896,7 +896,7 @@ mod polaris_stub {
                     None => StatusCode::NOT_FOUND.into_response(),
                 }
             }
-            Err(r) => r,
+            Err(code) => code.into_response(),
         }
     }
 
