@@ -999,3 +999,67 @@ async fn polaris_source_mirrors_syncs_reports_drift_and_fails_closed_when_stale(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn the_embedded_default_grants_root_admin_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_bootstrap(dir.path());
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("grants.json")).unwrap()).unwrap();
+    assert_eq!(
+        doc["principalRoles"][0]["principals"],
+        serde_json::json!(["root"])
+    );
+    let root = server.token("root", &["admin"]);
+    assert_eq!(
+        create_table(&server, &root, orders_table("sales", "orders"))
+            .await
+            .status(),
+        StatusCode::CREATED
+    );
+    let mut client = server.client().await;
+    put(&mut client, &root, ["sales", "orders"], vec![orders(&[1])])
+        .await
+        .unwrap();
+    assert_eq!(
+        ints(
+            &get(
+                &mut client,
+                &root,
+                serde_json::json!({"table":"sales.orders"})
+            )
+            .await
+            .unwrap(),
+            "id"
+        ),
+        [1]
+    );
+    let (s, _) = http_json(&server, Method::GET, "/v1/grants", &root, None).await;
+    assert_eq!(s, StatusCode::OK);
+    // root without the admin role activated, and anyone else, get nothing.
+    for token in [
+        server.token("root", &["reader"]),
+        server.token("alice", &["ALL"]),
+        server.token("alice", &["admin"]),
+    ] {
+        let e = get(
+            &mut client,
+            &token,
+            serde_json::json!({"table":"sales.orders"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied);
+        let (s, b) = http_json(&server, Method::GET, "/v1/tables", &token, None).await;
+        assert_eq!(
+            (s, b["tables"].as_array().map(Vec::len)),
+            (StatusCode::OK, Some(0))
+        );
+        assert_eq!(
+            create_table(&server, &token, orders_table("sales", "x"))
+                .await
+                .status(),
+            StatusCode::FORBIDDEN
+        );
+    }
+}

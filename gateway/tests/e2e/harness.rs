@@ -54,6 +54,16 @@ impl Server {
         if !polaris && !data_dir.join("grants.json").exists() {
             write_grants(data_dir, &content_grants());
         }
+        Self::spawn(data_dir, flight, http, env)
+    }
+
+    /// Starts `hotgate serve` on the data dir exactly as it is: on a fresh dir, the
+    /// embedded default writes its bootstrap grants.
+    pub fn start_bootstrap(data_dir: &Path) -> Self {
+        Self::spawn(data_dir, free_addr(), free_addr(), &[])
+    }
+
+    fn spawn(data_dir: &Path, flight: SocketAddr, http: SocketAddr, env: &[(&str, &str)]) -> Self {
         let child = Command::new(BIN)
             .args(["serve", "--data-dir"])
             .arg(data_dir)
