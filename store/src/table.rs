@@ -665,6 +665,16 @@ mod tests {
                 serde_json::json!({"primary_key": ["order_id"]}),
                 "must contain the bucket_key",
             ),
+            (
+                serde_json::json!({"namespace": "sales..eu"}),
+                "not a valid identifier",
+            ),
+            (
+                serde_json::json!({"columns": [
+                    {"name": "customer_id", "type": "int64", "nullable": false, "write": "hash"},
+                    {"name": "ts", "type": "timestamp_us", "nullable": false}]}),
+                "write rule hash",
+            ),
         ];
         for (patch, expected) in cases {
             let mut v = spec_json();
@@ -675,6 +685,19 @@ mod tests {
             let err = TableDef::new(spec).unwrap_err().to_string();
             assert!(err.contains(expected), "{err} should contain {expected}");
         }
+    }
+
+    #[test]
+    fn namespaces_nest_and_the_table_is_the_last_part() {
+        let n = TableName::parse("corp.eu.orders").unwrap();
+        assert_eq!((n.namespace(), n.name()), ("corp.eu", "orders"));
+        assert_eq!(n.to_string(), "corp.eu.orders");
+        assert!(TableName::parse("corp.Eu.orders").is_err());
+        assert!(TableName::parse("orders").is_err());
+        let mut v = spec_json();
+        v["namespace"] = "sales.eu".into();
+        let def = TableDef::new(serde_json::from_value(v).unwrap()).unwrap();
+        assert_eq!(def.name().namespace(), "sales.eu");
     }
 
     #[test]
