@@ -465,9 +465,11 @@ fn changelog(
         loop {
             commits.borrow_and_update();
             let ends = table.end_offsets();
-            // The view reads whole stored rows: its row filter may need any column.
+            // A restricted view reads whole stored rows (its row filter and masks may need
+            // any column); an unrestricted one reads just the requested columns.
+            let direct = view.is_unrestricted();
             let request = ScanRequest {
-                columns: None,
+                columns: if direct { c.columns.clone() } else { None },
                 since,
                 start_offsets: offsets.clone(),
                 end_offsets: ends.clone(),
@@ -485,6 +487,9 @@ fn changelog(
                 };
                 for item in scan {
                     let batch = item.map_err(GatewayError::from).and_then(|b| {
+                        if direct {
+                            return Ok(b.batch);
+                        }
                         let visible = reader_view.apply(&b.batch)?;
                         Ok(match &reader_projection {
                             Some(p) => visible.project(p)?,
