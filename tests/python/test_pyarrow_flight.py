@@ -8,34 +8,23 @@ import datetime as dt
 import decimal
 import json
 import os
-import urllib.error
-import urllib.request
 
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-FLIGHT = os.environ["HOTGATE_FLIGHT"]
-HTTP = os.environ["HOTGATE_HTTP"]
+import hotgate_client
+from hotgate_client import FLIGHT
+
 TOKEN = os.environ["HOTGATE_TOKEN"]
 
 
 def options(token=TOKEN):
-    return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+    return hotgate_client.options(token)
 
 
 def http(method, path, body=None):
-    request = urllib.request.Request(
-        HTTP + path,
-        method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return hotgate_client.http(method, path, TOKEN, body)
 
 
 ORDERS = {

@@ -7,35 +7,20 @@ principal role admin) and HOTGATE_ANALYST_TOKEN (a principal whose catalog role
 import datetime as dt
 import json
 import os
-import urllib.error
-import urllib.request
 
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-FLIGHT = os.environ["HOTGATE_FLIGHT"]
-HTTP = os.environ["HOTGATE_HTTP"]
+import hotgate_client
+from hotgate_client import FLIGHT, options
+
 ADMIN = os.environ["HOTGATE_ADMIN_TOKEN"]
 ANALYST = os.environ["HOTGATE_ANALYST_TOKEN"]
 
 
-def options(token):
-    return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
-
-
 def http(method, path, body=None, token=ADMIN):
-    request = urllib.request.Request(
-        HTTP + path,
-        method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return hotgate_client.http(method, path, token, body)
 
 
 PATIENTS = {

@@ -760,7 +760,6 @@ mod polaris_stub {
     use axum::Router;
     use axum::extract::{Path, State};
     use axum::http::{HeaderMap, StatusCode};
-    use axum::response::{IntoResponse, Response};
     use axum::routing::get;
     use serde_json::{Value, json};
 
@@ -786,6 +785,8 @@ mod polaris_stub {
         Ok(state.0.lock().unwrap().clone())
     }
 
+    type Reply = Result<axum::Json<Value>, StatusCode>;
+
     fn catalog_roles(doc: &Value, catalog: &str) -> Vec<Value> {
         doc["catalogs"]
             .as_array()
@@ -796,108 +797,91 @@ mod polaris_stub {
             .collect()
     }
 
+    fn catalog_role(doc: &Value, catalog: &str, role: &str) -> Result<Value, StatusCode> {
+        catalog_roles(doc, catalog)
+            .into_iter()
+            .find(|r| r["name"] == role)
+            .ok_or(StatusCode::NOT_FOUND)
+    }
+
+    /// `[{"name": n, ...extra}]` for each name, as Polaris lists entities.
+    fn entities(names: &Value, extra: Value) -> Vec<Value> {
+        names
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let mut e = extra.clone();
+                e["name"] = n.clone();
+                e
+            })
+            .collect()
+    }
+
     async fn list_catalog_roles(
         State(s): State<Shared>,
         headers: HeaderMap,
         Path(catalog): Path<String>,
-    ) -> Response {
-        match check(&s, &headers) {
-            Ok(doc) => {
-                let roles: Vec<Value> = catalog_roles(&doc, &catalog)
-                    .iter()
-                    .map(|r| json!({"name": r["name"], "properties": {}, "entityVersion": 1}))
-                    .collect();
-                axum::Json(json!({ "roles": roles })).into_response()
-            }
-            Err(code) => code.into_response(),
-        }
+    ) -> Reply {
+        let doc = check(&s, &headers)?;
+        let names: Value = catalog_roles(&doc, &catalog)
+            .iter()
+            .map(|r| r["name"].clone())
+            .collect();
+        Ok(axum::Json(
+            json!({"roles": entities(&names, json!({"properties": {}, "entityVersion": 1}))}),
+        ))
     }
 
     async fn role_grants(
         State(s): State<Shared>,
         headers: HeaderMap,
         Path((catalog, role)): Path<(String, String)>,
-    ) -> Response {
-        match check(&s, &headers) {
-            Ok(doc) => match catalog_roles(&doc, &catalog)
-                .into_iter()
-                .find(|r| r["name"] == role)
-            {
-                Some(r) => axum::Json(json!({"grants": r["grants"]})).into_response(),
-                None => StatusCode::NOT_FOUND.into_response(),
-            },
-            Err(code) => code.into_response(),
-        }
+    ) -> Reply {
+        let role = catalog_role(&check(&s, &headers)?, &catalog, &role)?;
+        Ok(axum::Json(json!({"grants": role["grants"]})))
     }
 
     async fn role_assignees(
         State(s): State<Shared>,
         headers: HeaderMap,
         Path((catalog, role)): Path<(String, String)>,
-    ) -> Response {
-        match check(&s, &headers) {
-            Ok(doc) => match catalog_roles(&doc, &catalog)
-                .into_iter()
-                .find(|r| r["name"] == role)
-            {
-                Some(r) => {
-                    let roles: Vec<Value> = r["principalRoles"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|n| json!({"name": n, "properties": {}}))
-                        .collect();
-                    axum::Json(json!({ "roles": roles })).into_response()
-                }
-                None => StatusCode::NOT_FOUND.into_response(),
-            },
-            Err(code) => code.into_response(),
-        }
+    ) -> Reply {
+        let role = catalog_role(&check(&s, &headers)?, &catalog, &role)?;
+        Ok(axum::Json(
+            json!({"roles": entities(&role["principalRoles"], json!({"properties": {}}))}),
+        ))
     }
 
-    async fn principal_roles(State(s): State<Shared>, headers: HeaderMap) -> Response {
-        match check(&s, &headers) {
-            Ok(doc) => {
-                let roles: Vec<Value> = doc["principalRoles"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|r| json!({"name": r["name"], "federated": false}))
-                    .collect();
-                axum::Json(json!({ "roles": roles })).into_response()
-            }
-            Err(code) => code.into_response(),
-        }
+    async fn principal_roles(State(s): State<Shared>, headers: HeaderMap) -> Reply {
+        let doc = check(&s, &headers)?;
+        let names: Value = doc["principalRoles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].clone())
+            .collect();
+        Ok(axum::Json(
+            json!({"roles": entities(&names, json!({"federated": false}))}),
+        ))
     }
 
     async fn principals(
         State(s): State<Shared>,
         headers: HeaderMap,
         Path(role): Path<String>,
-    ) -> Response {
-        match check(&s, &headers) {
-            Ok(doc) => {
-                let found = doc["principalRoles"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|r| r["name"] == role)
-                    .cloned();
-                match found {
-                    Some(r) => {
-                        let list: Vec<Value> = r["principals"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|p| json!({"name": p, "clientId": "x"}))
-                            .collect();
-                        axum::Json(json!({ "principals": list })).into_response()
-                    }
-                    None => StatusCode::NOT_FOUND.into_response(),
-                }
-            }
-            Err(code) => code.into_response(),
-        }
+    ) -> Reply {
+        let doc = check(&s, &headers)?;
+        let found = doc["principalRoles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == role)
+            .cloned()
+            .ok_or(StatusCode::NOT_FOUND)?;
+        Ok(axum::Json(
+            json!({"principals": entities(&found["principals"], json!({"clientId": "x"}))}),
+        ))
     }
 
     pub async fn start(doc: Value) -> Stub {
