@@ -16,6 +16,7 @@
 //! roles granted, and each activated role is one enforce call. The default is deny.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
 
 use casbin::{CoreApi, DefaultModel, Enforcer, MemoryAdapter, MgmtApi};
 use serde::{Deserialize, Serialize};
@@ -212,7 +213,12 @@ pub struct GrantsMirror {
     /// principal role → catalog roles (of this catalog) assigned to it.
     catalog_roles: HashMap<String, BTreeSet<String>>,
     enforcer: Enforcer,
+    /// casbin's answers, by (principal role, object, privilege).
+    decisions: Mutex<HashMap<(String, String, Privilege), bool>>,
 }
+
+/// Most cached decisions per mirror; past it the cache starts over.
+const MAX_CACHED_DECISIONS: usize = 65_536;
 
 impl std::fmt::Debug for GrantsMirror {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -346,11 +352,18 @@ impl GrantsMirror {
             principal_roles,
             catalog_roles,
             enforcer,
+            decisions: Mutex::new(HashMap::new()),
         })
     }
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    fn lock_decisions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String, Privilege), bool>> {
+        self.decisions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn catalog(&self) -> &str {
@@ -384,23 +397,62 @@ impl GrantsMirror {
 
     /// Passes if any activated principal role reaches a grant of `privilege` (or a
     /// super-privilege) on the resource, an ancestor namespace, or the catalog.
+    /// Decisions are cached per (principal role, resource, privilege) for the life of
+    /// this mirror, which never changes: a sync builds a new mirror with an empty cache.
     pub fn check(
         &self,
         principal: &Principal,
         privilege: Privilege,
         resource: &Resource,
     ) -> Result<(), PolicyError> {
+        self.check_with(principal, privilege, resource, true)
+    }
+
+    /// [`GrantsMirror::check`] without the decision cache: every call asks casbin.
+    pub fn check_uncached(
+        &self,
+        principal: &Principal,
+        privilege: Privilege,
+        resource: &Resource,
+    ) -> Result<(), PolicyError> {
+        self.check_with(principal, privilege, resource, false)
+    }
+
+    fn check_with(
+        &self,
+        principal: &Principal,
+        privilege: Privilege,
+        resource: &Resource,
+        cached: bool,
+    ) -> Result<(), PolicyError> {
         let activated = self.activated_roles(principal);
         let object = resource.object(&self.catalog);
         for role in &activated {
-            let allowed = self
-                .enforcer
-                .enforce((
-                    format!("{PRINCIPAL_ROLE_PREFIX}{role}"),
-                    object.clone(),
-                    privilege.as_str().to_owned(),
-                ))
-                .map_err(|e| PolicyError::Internal(format!("casbin: {e}")))?;
+            let key = (role.clone(), object.clone(), privilege);
+            let hit = cached
+                .then(|| self.lock_decisions().get(&key).copied())
+                .flatten();
+            let allowed = match hit {
+                Some(allowed) => allowed,
+                None => {
+                    let allowed = self
+                        .enforcer
+                        .enforce((
+                            format!("{PRINCIPAL_ROLE_PREFIX}{role}"),
+                            object.clone(),
+                            privilege.as_str().to_owned(),
+                        ))
+                        .map_err(|e| PolicyError::Internal(format!("casbin: {e}")))?;
+                    if cached {
+                        let mut decisions = self.lock_decisions();
+                        if decisions.len() >= MAX_CACHED_DECISIONS {
+                            decisions.clear();
+                        }
+                        decisions.insert(key, allowed);
+                    }
+                    allowed
+                }
+            };
             if allowed {
                 return Ok(());
             }
@@ -566,6 +618,9 @@ mod tests {
                 let expect = desired.satisfied_by().contains(granted);
                 let got = m.check(&p, *desired, &Resource::Catalog).is_ok();
                 assert_eq!(got, expect, "granted {granted}, desired {desired}");
+                let again = m.check(&p, *desired, &Resource::Catalog).is_ok();
+                let uncached = m.check_uncached(&p, *desired, &Resource::Catalog).is_ok();
+                assert_eq!((again, uncached), (expect, expect), "cache disagrees");
             }
         }
     }

@@ -389,18 +389,34 @@ async fn freshness(addr: SocketAddr, token: &str, rate: f64) -> BenchResult<serd
     }))
 }
 
-async fn read_throughput(
+/// One timed read of `columns` wide-table columns: (seconds, rows).
+async fn read_once(
     client: &mut FlightServiceClient<Channel>,
-    token: Option<&str>,
+    token: &str,
     columns: usize,
 ) -> BenchResult<(f64, usize)> {
+    let ticket = wide_ticket(columns);
+    let start = Instant::now();
+    let rows = read_all(client, Some(token), &ticket).await?;
+    Ok((start.elapsed().as_secs_f64(), rows))
+}
+
+fn wide_ticket(columns: usize) -> String {
     let cols: Vec<String> = std::iter::once("key".to_owned())
         .chain((2..WIDE_COLUMNS).map(|i| format!("c{i}")))
         .chain(std::iter::once("ts".to_owned()))
         .step_by((WIDE_COLUMNS / columns).max(1))
         .take(columns)
         .collect();
-    let ticket = serde_json::json!({"table": "bench.wide", "columns": cols}).to_string();
+    serde_json::json!({"table": "bench.wide", "columns": cols}).to_string()
+}
+
+async fn read_throughput(
+    client: &mut FlightServiceClient<Channel>,
+    token: Option<&str>,
+    columns: usize,
+) -> BenchResult<(f64, usize)> {
+    let ticket = wide_ticket(columns);
     let mut times = Vec::new();
     let mut rows = 0;
     for _ in 0..READ_RUNS {
@@ -418,19 +434,30 @@ fn bench_grants() -> serde_json::Value {
                 {"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
                 {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"}]},
             {"name": "reader", "principalRoles": ["analysts"], "grants": [
+                {"type": "namespace", "namespace": ["bench"], "privilege": "TABLE_READ_DATA"}]},
+            {"name": "reader_same_size", "principalRoles": ["analysts2"], "grants": [
                 {"type": "namespace", "namespace": ["bench"], "privilege": "TABLE_READ_DATA"}]}
         ]}],
         "principalRoles": [
             {"name": "admin", "principals": ["root"]},
-            {"name": "analysts", "principals": ["analyst"]}
+            {"name": "analysts", "principals": ["analyst"]},
+            {"name": "analysts2", "principals": ["analyst2"]}
         ]
     })
 }
 
-/// One row filter that keeps every row (so both callers stream the same rows) and two
-/// masks on columns the 5-column read selects (`c11` string, `c31` float64).
+/// One row filter that keeps every row (so every caller streams the same rows) and two
+/// masks on columns the 5-column read selects (`c11` string, `c31` float64). `reader`
+/// gets `redact` and `null`, which also shrink the payload; `reader_same_size` gets
+/// expression masks that keep it (`upper`, negation), isolating the cost of evaluation.
 fn bench_policies() -> Vec<serde_json::Value> {
     vec![
+        serde_json::json!({"id": "rows2", "scope": {"table": "bench.wide"}, "to": ["reader_same_size"],
+            "kind": "row_filter", "expr": "key >= 0"}),
+        serde_json::json!({"id": "upper_c11", "scope": {"table": "bench.wide"}, "to": ["reader_same_size"],
+            "kind": "column_mask", "column": "c11", "mask": {"expr": "upper(c11)"}}),
+        serde_json::json!({"id": "negate_c31", "scope": {"table": "bench.wide"}, "to": ["reader_same_size"],
+            "kind": "column_mask", "column": "c31", "mask": {"expr": "c31 * -1.0"}}),
         serde_json::json!({"id": "rows", "scope": {"table": "bench.wide"}, "to": ["reader"],
             "kind": "row_filter", "expr": "key >= 0"}),
         serde_json::json!({"id": "redact_c11", "scope": {"table": "bench.wide"}, "to": ["reader"],
@@ -469,13 +496,21 @@ async fn authorization_cost(data_dir: &std::path::Path) -> BenchResult<serde_jso
     };
     const CALLS: u32 = 20_000;
     let mut medians = serde_json::Map::new();
-    for (what, per_call) in [("grant_check", true), ("grant_check_and_view", false)] {
+    for (what, uncached, with_view) in [
+        ("grant_check_casbin", true, false),
+        ("grant_check_cached", false, false),
+        ("grant_check_cached_and_view", false, true),
+    ] {
         let mut runs = Vec::new();
         for _ in 0..5 {
             let start = Instant::now();
             for _ in 0..CALLS {
-                mirror.check(&analyst, Privilege::TableReadData, &resource)?;
-                if !per_call {
+                if uncached {
+                    mirror.check_uncached(&analyst, Privilege::TableReadData, &resource)?;
+                } else {
+                    mirror.check(&analyst, Privilege::TableReadData, &resource)?;
+                }
+                if with_view {
                     let roles = mirror.catalog_roles(&analyst);
                     cache.get_or_compile(table, &roles, &policies, &key)?;
                 }
@@ -505,6 +540,7 @@ async fn bench() -> BenchResult<()> {
     let issuer = hotgate_gateway::server::embedded_issuer(&config)?;
     let token = issuer.mint("root", &["admin".into()], Duration::from_secs(3600))?;
     let analyst = issuer.mint("analyst", &["ALL".into()], Duration::from_secs(3600))?;
+    let analyst2 = issuer.mint("analyst2", &["ALL".into()], Duration::from_secs(3600))?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
         let _ = stop_rx.await;
@@ -598,26 +634,42 @@ async fn bench() -> BenchResult<()> {
     }
     let mut summary = serde_json::Map::new();
     for columns in [5usize, 50] {
-        let (admin_s, admin_rows) = read_throughput(&mut client, Some(&token), columns).await?;
-        let (gov_s, gov_rows) = read_throughput(&mut client, Some(&analyst), columns).await?;
-        if admin_rows != gov_rows {
-            return Err(
-                format!("row counts differ: admin {admin_rows}, governed {gov_rows}").into(),
-            );
+        // Interleaved runs, so no caller gets the warmer part of a noisy machine.
+        let callers = [
+            ("admin", &token),
+            ("governed", &analyst),
+            ("governed_same_size", &analyst2),
+        ];
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); callers.len()];
+        let mut rows = vec![0; callers.len()];
+        for _ in 0..READ_RUNS {
+            for (i, (_, t)) in callers.iter().enumerate() {
+                let (secs, r) = read_once(&mut client, t, columns).await?;
+                runs[i].push(secs);
+                rows[i] = r;
+            }
         }
-        for (who, secs) in [("admin", admin_s), ("governed", gov_s)] {
+        if rows.iter().any(|r| *r != rows[0]) {
+            return Err(format!("row counts differ between callers: {rows:?}").into());
+        }
+        let medians: Vec<f64> = runs.into_iter().map(median).collect();
+        for ((who, _), secs) in callers.iter().zip(&medians) {
             println!(
                 "{}",
                 serde_json::json!({
                     "bench": "governed_read", "caller": who, "columns": columns, "of": WIDE_COLUMNS,
-                    "rows": gov_rows, "median_s": secs, "rows_per_s": gov_rows as f64 / secs,
-                    "policies": if who == "admin" { 0 } else { 3 },
+                    "rows": rows[0], "median_s": secs, "rows_per_s": rows[0] as f64 / secs,
+                    "policies": if *who == "admin" { 0 } else { 3 },
                 })
             );
         }
         summary.insert(
             format!("governed_over_admin_{columns}_of_{WIDE_COLUMNS}"),
-            (admin_s / gov_s).into(),
+            (medians[0] / medians[1]).into(),
+        );
+        summary.insert(
+            format!("governed_same_size_over_admin_{columns}_of_{WIDE_COLUMNS}"),
+            (medians[0] / medians[2]).into(),
         );
     }
     summary.insert("bench".into(), "governed_read_summary".into());
