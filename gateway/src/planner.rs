@@ -9,6 +9,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -18,6 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use futures::TryStreamExt;
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, LogId, ScanRequest};
 use tokio_stream::wrappers::ReceiverStream;
@@ -248,6 +250,13 @@ pub async fn plan_scan(table: Arc<HotTable>, view: &SecureView, scan: &Scan) -> 
             df = df.filter(row_filter.clone())?;
         }
         df = df.select(view.projection().to_vec())?;
+        // Only what the caller's columns and filter need leaves the view.
+        let needed = view_columns_needed(&ctx, view, scan)?;
+        if needed.len() < view.schema().fields().len() {
+            let needed: Vec<&str> = needed.iter().map(String::as_str).collect();
+            df = df.select_columns(&needed)?;
+        }
+        df = behind_barrier(&ctx, df)?;
     }
     if let Some(filter) = &scan.filter {
         let expr = df.parse_sql_expr(filter).map_err(|e| {
@@ -307,4 +316,64 @@ fn check_filter_columns(
         }
     }
     Ok(())
+}
+
+/// The view columns a scan reads: its `columns` plus those its filter names, in view
+/// order; all of them when it names no columns.
+fn view_columns_needed(
+    ctx: &SessionContext,
+    view: &SecureView,
+    scan: &Scan,
+) -> Result<Vec<String>> {
+    let all = || view.schema().fields().iter().map(|f| f.name().clone());
+    let Some(cols) = &scan.columns else {
+        return Ok(all().collect());
+    };
+    let mut wanted: std::collections::HashSet<String> = cols.iter().cloned().collect();
+    if let Some(filter) = &scan.filter {
+        let schema = datafusion::common::DFSchema::try_from(view.schema().as_ref().clone())?;
+        let expr = ctx.parse_sql_expr(filter, &schema).map_err(|e| {
+            GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
+        })?;
+        wanted.extend(expr.column_refs().into_iter().map(|c| c.name.clone()));
+    }
+    Ok(all().filter(|c| wanted.contains(c)).collect())
+}
+
+/// Ends the secure view's plan at a stage boundary: the caller's filter, projection and
+/// limit are planned over the view's *output stream*, so no optimizer rule can push a
+/// caller's predicate below the policy row filter. Merged into one filter, a caller's
+/// expression would also run on rows the policy hides, and an error it raised there (a
+/// division by zero, a failed cast) would reveal that those rows exist.
+fn behind_barrier(ctx: &SessionContext, view: DataFrame) -> Result<DataFrame> {
+    let schema: SchemaRef = Arc::new(view.schema().as_arrow().clone());
+    let stage = ViewStage {
+        view,
+        schema: Arc::clone(&schema),
+    };
+    let table = StreamingTable::try_new(schema, vec![Arc::new(stage)])?;
+    Ok(ctx.read_table(Arc::new(table))?)
+}
+
+/// The secure view's plan, executed when the outer plan first pulls from it.
+#[derive(Debug)]
+struct ViewStage {
+    view: DataFrame,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for ViewStage {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let view = self.view.clone();
+        let batches =
+            futures::stream::once(async move { view.execute_stream().await }).try_flatten();
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            batches,
+        ))
+    }
 }
