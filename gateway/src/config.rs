@@ -231,6 +231,11 @@ impl Config {
             .unwrap_or_else(|| self.data_dir.join("hash.key"))
     }
 
+    /// The Ed25519 key that signs audit checkpoints.
+    pub fn audit_key_path(&self) -> PathBuf {
+        self.data_dir.join("audit.ed25519.key")
+    }
+
     /// The embedded issuer's key file.
     pub fn issuer_key_path(&self) -> PathBuf {
         self.data_dir.join("issuer.hs256.key")

@@ -11,6 +11,7 @@
 //!        └─ http (axum)            ─┴─ auth (Authenticator, Authorizer) ── state
 //! ```
 
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;

@@ -185,3 +185,27 @@ async fn external_issuer_keys_come_from_a_jwks_url() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot fetch the JWKS"), "{stderr}");
 }
+
+#[test]
+fn audit_pubkey_prints_a_stable_ed25519_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        let out = std::process::Command::new(BIN)
+            .args(["audit", "pubkey", "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let first = run();
+    assert_eq!(first.len(), 64);
+    assert!(first.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(run(), first, "the key pair is created once, then reused");
+    let secret = std::fs::read_to_string(dir.path().join("audit.ed25519.key")).unwrap();
+    assert_ne!(secret.trim(), first, "the public key is not the secret");
+}

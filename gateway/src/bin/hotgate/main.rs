@@ -57,6 +57,21 @@ enum Command {
         #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
     },
+    /// Audit trail tools.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Print the public key (hex) that verifies audit checkpoints, creating the key pair
+    /// in the data dir on first use.
+    Pubkey {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
 }
 
 impl ConfigArgs {
@@ -94,6 +109,13 @@ fn main() -> ExitCode {
         } => config
             .load()
             .and_then(|c| token::token(&c, &sub, &roles, ttl)),
+        Command::Audit {
+            command: AuditCommand::Pubkey { config },
+        } => config.load().and_then(|c| {
+            let key = hotgate_gateway::audit::CheckpointKey::load_or_create(&c.audit_key_path())?;
+            println!("{}", key.public_hex());
+            Ok(())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

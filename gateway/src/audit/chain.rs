@@ -1,0 +1,416 @@
+//! Audit records and their hash chain.
+//!
+//! `hash = SHA-256(prev_hash || canonical bytes)`, where the canonical bytes are the
+//! record's JSON with `hash` left out and fields in declaration order. Every so often a
+//! **checkpoint** record carries an Ed25519 signature over `(seq, hash)` of the record
+//! before it; the public key is published so checkpoints can be checked elsewhere.
+
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The `prev_hash` of the first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// The action of a checkpoint record.
+pub const CHECKPOINT: &str = "checkpoint";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+/// One audit record, in the spirit of Apache Ranger's. Literal values of filters are
+/// never stored: only `query_digest`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub seq: u64,
+    /// RFC 3339, microseconds, UTC.
+    pub time: String,
+    pub query_id: String,
+    pub principal: String,
+    pub principal_id: Option<i64>,
+    pub activated_roles: Vec<String>,
+    pub client_addr: Option<String>,
+    pub action: String,
+    pub table: Option<String>,
+    pub columns_requested: Vec<String>,
+    pub columns_returned: Vec<String>,
+    /// `id@version` of each row filter, mask and deny applied.
+    pub policies: Vec<String>,
+    pub mirror_version: u64,
+    pub tiers: Vec<String>,
+    pub rows: Option<u64>,
+    pub bytes: Option<u64>,
+    pub decision: Option<Decision>,
+    pub reason: Option<String>,
+    pub query_digest: Option<String>,
+    pub token_id: Option<String>,
+    pub duration_ms: Option<u64>,
+    /// A checkpoint's Ed25519 signature (hex) over the previous record's (seq, hash).
+    pub signature: Option<String>,
+    pub prev_hash: String,
+    #[serde(default)]
+    pub hash: String,
+}
+
+impl AuditRecord {
+    /// The bytes the hash covers: the record without its own `hash`.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut unsealed = self.clone();
+        unsealed.hash = String::new();
+        // A struct of plain fields always serializes.
+        serde_json::to_vec(&unsealed).unwrap_or_default()
+    }
+
+    pub fn compute_hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.prev_hash.as_bytes());
+        h.update(self.canonical_bytes());
+        hex::encode(h.finalize())
+    }
+}
+
+/// What a checkpoint signs: the chain up to and including record `seq`.
+fn checkpoint_message(seq: u64, hash: &str) -> Vec<u8> {
+    format!("hotgate-audit-checkpoint:{seq}:{hash}").into_bytes()
+}
+
+/// The Ed25519 key that signs checkpoints.
+pub struct CheckpointKey(SigningKey);
+
+impl std::fmt::Debug for CheckpointKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CheckpointKey(public {})", self.public_hex())
+    }
+}
+
+impl CheckpointKey {
+    pub fn generate() -> Self {
+        Self(SigningKey::from_bytes(&rand::random()))
+    }
+
+    pub fn from_hex(s: &str) -> Result<Self, String> {
+        let bytes: [u8; 32] = hex::decode(s.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or("the checkpoint key must be 64 hex digits")?;
+        Ok(Self(SigningKey::from_bytes(&bytes)))
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0.to_bytes())
+    }
+
+    /// The key in `path`, created (mode 0600) on first use.
+    pub fn load_or_create(path: &std::path::Path) -> Result<Self, String> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                use std::os::unix::fs::PermissionsExt;
+                let key = Self::generate();
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                }
+                hotgate_store::write_file_durable(path, key.to_hex().as_bytes())
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+                Ok(key)
+            }
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// The public key, hex, as `hotgate audit pubkey` prints it.
+    pub fn public_hex(&self) -> String {
+        hex::encode(self.0.verifying_key().to_bytes())
+    }
+
+    fn sign(&self, seq: u64, hash: &str) -> String {
+        hex::encode(self.0.sign(&checkpoint_message(seq, hash)).to_bytes())
+    }
+}
+
+/// The writer's view of the chain: the next seq and the last hash.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    next_seq: u64,
+    last_hash: String,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Self {
+            next_seq: 1,
+            last_hash: GENESIS.to_owned(),
+        }
+    }
+}
+
+impl Chain {
+    /// Continues a chain whose last record is `last` (read back on start).
+    pub fn resume(last: &AuditRecord) -> Self {
+        Self {
+            next_seq: last.seq + 1,
+            last_hash: last.hash.clone(),
+        }
+    }
+
+    /// Gives the record its place: seq, prev_hash and hash.
+    pub fn seal(&mut self, mut record: AuditRecord) -> AuditRecord {
+        record.seq = self.next_seq;
+        record.prev_hash = self.last_hash.clone();
+        record.hash = record.compute_hash();
+        self.next_seq += 1;
+        self.last_hash = record.hash.clone();
+        record
+    }
+
+    /// A checkpoint record signing the chain so far.
+    pub fn checkpoint(&mut self, key: &CheckpointKey, time: String) -> AuditRecord {
+        let signature = key.sign(self.next_seq - 1, &self.last_hash);
+        self.seal(AuditRecord {
+            time,
+            action: CHECKPOINT.to_owned(),
+            principal: "hotgate".to_owned(),
+            signature: Some(signature),
+            ..Default::default()
+        })
+    }
+}
+
+/// The kind of damage `verify` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DamageKind {
+    /// A record's content or link does not match its hash.
+    Modified,
+    /// A seq is absent.
+    Missing,
+    /// A seq appears out of order or twice.
+    Reordered,
+    /// A checkpoint's signature does not verify.
+    BadSignature,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Damage {
+    /// The first seq at which the chain is broken.
+    pub seq: u64,
+    pub kind: DamageKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    pub records: u64,
+    pub checkpoints: u64,
+    pub last_seq: u64,
+    /// `None` when the whole chain is intact.
+    pub first_damage: Option<Damage>,
+}
+
+/// Re-checks a chain read in storage order: seq continuity, every hash and link, and
+/// every checkpoint signature. Stops at the first damage.
+pub fn verify<'a>(
+    records: impl IntoIterator<Item = &'a AuditRecord>,
+    public_key_hex: &str,
+) -> Result<VerifyReport, String> {
+    let key_bytes: [u8; 32] = hex::decode(public_key_hex.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("the public key must be 64 hex digits")?;
+    let key = VerifyingKey::from_bytes(&key_bytes).map_err(|e| format!("public key: {e}"))?;
+    let mut report = VerifyReport {
+        records: 0,
+        checkpoints: 0,
+        last_seq: 0,
+        first_damage: None,
+    };
+    let (mut expected, mut prev_hash) = (1u64, GENESIS.to_owned());
+    let damage = |seq, kind| Some(Damage { seq, kind });
+    let mut records = records.into_iter().peekable();
+    while let Some(r) = records.next() {
+        let found = if r.seq > expected {
+            // The expected seq right after a later one was swapped, not lost.
+            let swapped = records.peek().is_some_and(|next| next.seq == expected);
+            let kind = if swapped {
+                DamageKind::Reordered
+            } else {
+                DamageKind::Missing
+            };
+            damage(expected, kind)
+        } else if r.seq < expected {
+            damage(r.seq, DamageKind::Reordered)
+        } else if r.prev_hash != prev_hash || r.compute_hash() != r.hash {
+            damage(r.seq, DamageKind::Modified)
+        } else if r.action == CHECKPOINT {
+            let ok = r
+                .signature
+                .as_deref()
+                .and_then(|s| hex::decode(s).ok())
+                .and_then(|b| Signature::from_slice(&b).ok())
+                .is_some_and(|sig| {
+                    key.verify(&checkpoint_message(r.seq - 1, &r.prev_hash), &sig)
+                        .is_ok()
+                });
+            if ok {
+                report.checkpoints += 1;
+                None
+            } else {
+                damage(r.seq, DamageKind::BadSignature)
+            }
+        } else {
+            None
+        };
+        if found.is_some() {
+            report.first_damage = found;
+            return Ok(report);
+        }
+        report.records += 1;
+        report.last_seq = r.seq;
+        expected += 1;
+        prev_hash = r.hash.clone();
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(n: u64) -> AuditRecord {
+        AuditRecord {
+            time: format!("2026-11-30T00:00:{n:02}.000000Z"),
+            query_id: format!("q{n}"),
+            principal: "alice".into(),
+            action: "scan".into(),
+            table: Some("sales.orders".into()),
+            decision: Some(Decision::Allow),
+            policies: vec!["eu_rows@1".into()],
+            ..Default::default()
+        }
+    }
+
+    fn chain_of(n: u64, key: &CheckpointKey, every: u64) -> Vec<AuditRecord> {
+        let mut chain = Chain::default();
+        let mut out = Vec::new();
+        for i in 1..=n {
+            out.push(chain.seal(read(i)));
+            if i % every == 0 {
+                out.push(chain.checkpoint(key, "t".into()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_intact_chain_verifies_with_its_checkpoints() {
+        let key = CheckpointKey::generate();
+        let records = chain_of(10, &key, 4);
+        let report = verify(&records, &key.public_hex()).unwrap();
+        assert_eq!(
+            report,
+            VerifyReport {
+                records: 12,
+                checkpoints: 2,
+                last_seq: 12,
+                first_damage: None
+            }
+        );
+        // Resuming continues the same chain.
+        let mut resumed = Chain::resume(records.last().unwrap());
+        let mut more = records.clone();
+        more.push(resumed.seal(read(11)));
+        assert_eq!(verify(&more, &key.public_hex()).unwrap().first_damage, None);
+    }
+
+    #[test]
+    fn each_kind_of_damage_is_named_at_its_first_seq() {
+        let key = CheckpointKey::generate();
+        let good = chain_of(10, &key, 4);
+        let first =
+            |records: &[AuditRecord]| verify(records, &key.public_hex()).unwrap().first_damage;
+
+        let mut modified = good.clone();
+        modified[2].principal = "mallory".into();
+        assert_eq!(
+            first(&modified),
+            Some(Damage {
+                seq: 3,
+                kind: DamageKind::Modified
+            })
+        );
+
+        // Recomputing the hash of an edited record still breaks the next link.
+        let mut rehashed = good.clone();
+        rehashed[2].rows = Some(1);
+        rehashed[2].hash = rehashed[2].compute_hash();
+        assert_eq!(
+            first(&rehashed),
+            Some(Damage {
+                seq: 4,
+                kind: DamageKind::Modified
+            })
+        );
+
+        let mut missing = good.clone();
+        missing.remove(5);
+        assert_eq!(
+            first(&missing),
+            Some(Damage {
+                seq: 6,
+                kind: DamageKind::Missing
+            })
+        );
+
+        let mut reordered = good.clone();
+        reordered.swap(6, 7);
+        assert_eq!(
+            first(&reordered),
+            Some(Damage {
+                seq: 7,
+                kind: DamageKind::Reordered
+            })
+        );
+        let mut duplicated = good.clone();
+        duplicated.insert(3, good[2].clone());
+        assert_eq!(
+            first(&duplicated),
+            Some(Damage {
+                seq: 3,
+                kind: DamageKind::Reordered
+            })
+        );
+
+        // A checkpoint signed by another key (re-sealed so the hashes hold) is forged.
+        let forger = CheckpointKey::generate();
+        let mut chain = Chain::default();
+        let mut forged: Vec<AuditRecord> = (1..=3).map(|i| chain.seal(read(i))).collect();
+        forged.push(chain.checkpoint(&forger, "t".into()));
+        assert_eq!(
+            first(&forged),
+            Some(Damage {
+                seq: 4,
+                kind: DamageKind::BadSignature
+            })
+        );
+    }
+
+    #[test]
+    fn keys_round_trip_and_bad_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.ed25519.key");
+        let created = CheckpointKey::load_or_create(&path).unwrap();
+        let loaded = CheckpointKey::load_or_create(&path).unwrap();
+        assert_eq!(created.public_hex(), loaded.public_hex());
+        let key = CheckpointKey::generate();
+        let again = CheckpointKey::from_hex(&key.to_hex()).unwrap();
+        assert_eq!(again.public_hex(), key.public_hex());
+        assert!(CheckpointKey::from_hex("beef").is_err());
+        assert!(verify(&[], "beef").is_err());
+        assert!(!format!("{key:?}").contains(&key.to_hex()));
+    }
+}
