@@ -237,6 +237,11 @@ impl HotgateFlight {
             ));
         }
         let name = table_of_path(&descriptor.path)?;
+        if name.is_system() {
+            return Err(GatewayError::PermissionDenied(format!(
+                "{name} is written only by hotgate itself; no grant allows DoPut to _system"
+            )));
+        }
         let table = self.table_for(&principal, Privilege::TableWriteData, &name)?;
         // Drop and hash happen here, before the batch reaches the store.
         let rules = Governance::write_rules(table.def());

@@ -82,6 +82,12 @@ async fn create_table(
     let principal = principal(&state, &headers)?;
     let Json(spec) = body.map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
     let name = TableName::parse(&format!("{}.{}", spec.namespace, spec.name))?;
+    if name.is_system() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "namespace {}: the _system namespace is reserved for hotgate's own tables",
+            spec.namespace
+        )));
+    }
     state.governance.authorize(
         &principal,
         Privilege::TableCreate,

@@ -92,6 +92,11 @@ impl TableName {
         }
     }
 
+    /// True for tables in the reserved `_system` namespace, which only hotgate writes.
+    pub fn is_system(&self) -> bool {
+        self.namespace == SYSTEM_NAMESPACE
+    }
+
     pub fn namespace(&self) -> &str {
         &self.namespace
     }

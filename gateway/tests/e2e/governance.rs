@@ -1030,6 +1030,15 @@ async fn the_embedded_default_grants_root_admin_and_nothing_else() {
     );
     let (s, _) = http_json(&server, Method::GET, "/v1/grants", &root, None).await;
     assert_eq!(s, StatusCode::OK);
+    // Not even the administrator creates or writes tables in the reserved namespace.
+    let r = create_table(&server, &root, orders_table("_system", "audit")).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().await.unwrap().contains("reserved"));
+    let e = put_path(&mut client, &root, &["_system", "audit"], orders(&[1]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(e.message().contains("_system"), "{}", e.message());
     // root without the admin role activated, and anyone else, get nothing.
     for token in [
         server.token("root", &["reader"]),
