@@ -214,6 +214,7 @@ async fn create_policy(
     let principal = admin(&state, &headers)?;
     let policy = policy_body(body)?;
     let id = policy.id.clone();
+    let warnings = unknown_role_warnings(&state, &policy);
     let set = state
         .governance
         .change_policies(&state.store, |s| s.with_created(policy))
@@ -221,8 +222,37 @@ async fn create_policy(
     tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy created");
     Ok((
         StatusCode::CREATED,
-        Json(serde_json::json!({"policy_set_version": set.version, "policy": set.get(&id)})),
+        Json(serde_json::json!({
+            "policy_set_version": set.version,
+            "policy": set.get(&id),
+            "warnings": warnings,
+        })),
     ))
+}
+
+/// Catalog roles a policy names that the grant mirror does not know: the policy is
+/// accepted (roles may be created later) but targets nobody through them, so say so.
+fn unknown_role_warnings(state: &GatewayState, policy: &DataPolicy) -> Vec<String> {
+    let mirror = state.governance.mirror();
+    let known: std::collections::HashSet<&str> = mirror
+        .document()
+        .catalogs
+        .iter()
+        .filter(|c| c.name == mirror.catalog())
+        .flat_map(|c| c.catalog_roles.iter().map(|r| r.name.as_str()))
+        .collect();
+    policy
+        .to
+        .iter()
+        .chain(&policy.except)
+        .filter(|r| r.as_str() != "*" && !known.contains(r.as_str()))
+        .map(|r| {
+            format!(
+                "catalog role {r:?} is not in the grant mirror (version {})",
+                mirror.version()
+            )
+        })
+        .collect()
 }
 
 async fn replace_policy(
@@ -236,14 +266,17 @@ async fn replace_policy(
     if state.governance.policies().get(&id).is_none() {
         return Err(GatewayError::NotFound(format!("no policy {id:?}")));
     }
+    let warnings = unknown_role_warnings(&state, &policy);
     let set = state
         .governance
         .change_policies(&state.store, |s| s.with_replaced(&id, policy))
         .await?;
     tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy replaced");
-    Ok(Json(
-        serde_json::json!({"policy_set_version": set.version, "policy": set.get(&id)}),
-    ))
+    Ok(Json(serde_json::json!({
+        "policy_set_version": set.version,
+        "policy": set.get(&id),
+        "warnings": warnings,
+    })))
 }
 
 async fn delete_policy(

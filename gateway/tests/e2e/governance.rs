@@ -362,6 +362,7 @@ async fn policies_shape_what_each_role_sees() {
     let (s, b) = policy(serde_json::json!({"id":"eu_rows","scope":{"table":"sales.orders"},"to":["eu_analyst"],"kind":"row_filter","expr":"region = 'eu'"})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     assert_eq!(b["policy"]["version"], 1);
+    assert_eq!(b["warnings"], serde_json::json!([]), "{b}");
     let (s, b) = policy(serde_json::json!({"id":"hash_pii","scope":{"tag":"pii"},"to":["*"],"except":["catalog_admin"],"kind":"column_mask","tag":"subject","mask":"hash"})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     let (s, b) = policy(serde_json::json!({"id":"card_last4","scope":{"table":"sales.orders"},"to":["eu_analyst","auditor"],"kind":"column_mask","column":"card","mask":"show_last_4"})).await;
@@ -480,8 +481,14 @@ async fn policies_shape_what_each_role_sees() {
 
     // Fail closed: a namespace policy naming a column this table lacks denies the
     // analyst's reads, naming the policy; other roles are unaffected.
-    let (s, b) = policy(serde_json::json!({"id":"broken","scope":{"namespace":"sales"},"to":["eu_analyst"],"kind":"column_mask","column":"nope","mask":"null"})).await;
+    let (s, b) = policy(serde_json::json!({"id":"broken","scope":{"namespace":"sales"},"to":["eu_analyst","eu_analsyt"],"kind":"column_mask","column":"nope","mask":"null"})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
+    // A typo in a role name is accepted but pointed out.
+    assert_eq!(b["warnings"].as_array().unwrap().len(), 1, "{b}");
+    assert!(
+        b["warnings"][0].as_str().unwrap().contains("eu_analsyt"),
+        "{b}"
+    );
     let e = get(&mut client, &ann, ticket.clone()).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(
