@@ -201,7 +201,9 @@ async fn authorization_matrix_through_flight() {
                 .map(|_| ()),
             Write => {
                 let path: Vec<&str> = ns.split('.').chain([name]).collect();
-                put_path(&mut client, &token, &path, orders(&[1])).await
+                put(&mut client, &token, &path, vec![orders(&[1])])
+                    .await
+                    .map(|_| ())
             }
             List => {
                 let infos: Vec<_> = client
@@ -288,32 +290,6 @@ async fn authorization_matrix_through_flight() {
     assert_eq!(body["status"]["version"], 1);
 }
 
-/// DoPut to an arbitrary descriptor path.
-async fn put_path(
-    client: &mut arrow_flight::flight_service_client::FlightServiceClient<
-        tonic::transport::Channel,
-    >,
-    token: &str,
-    path: &[&str],
-    batch: RecordBatch,
-) -> Result<(), tonic::Status> {
-    let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
-    let data: Vec<_> = arrow_flight::encode::FlightDataEncoderBuilder::new()
-        .with_flight_descriptor(Some(descriptor))
-        .build(futures::stream::iter([Ok(batch)]))
-        .try_collect()
-        .await
-        .unwrap();
-    let mut stream = client
-        .do_put(with_token(futures::stream::iter(data), token))
-        .await?
-        .into_inner();
-    while let Some(r) = stream.next().await {
-        r?;
-    }
-    Ok(())
-}
-
 fn policy_grants() -> serde_json::Value {
     serde_json::json!({
         "catalogs": [{"name": "hotgate", "catalogRoles": [
@@ -349,7 +325,7 @@ async fn policies_shape_what_each_role_sees() {
     put(
         &mut client,
         &root,
-        ["sales", "orders"],
+        &["sales", "orders"],
         vec![orders(&[1, 2, 3, 4])],
     )
     .await
@@ -588,7 +564,7 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
     )
     .unwrap();
     let mut client = server.client().await;
-    put(&mut client, &token, ["app", "signups"], vec![batch])
+    put(&mut client, &token, &["app", "signups"], vec![batch])
         .await
         .unwrap();
     // A hash column sent as a non-string is refused and writes nothing.
@@ -601,7 +577,7 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
         ),
     ])
     .unwrap();
-    let e = put(&mut client, &token, ["app", "signups"], vec![bad])
+    let e = put(&mut client, &token, &["app", "signups"], vec![bad])
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
@@ -670,7 +646,7 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
     put(
         &mut client,
         &root,
-        ["sales", "orders"],
+        &["sales", "orders"],
         vec![orders(&[1, 2])],
     )
     .await
@@ -1019,7 +995,7 @@ async fn the_embedded_default_grants_root_admin_and_nothing_else() {
         StatusCode::CREATED
     );
     let mut client = server.client().await;
-    put(&mut client, &root, ["sales", "orders"], vec![orders(&[1])])
+    put(&mut client, &root, &["sales", "orders"], vec![orders(&[1])])
         .await
         .unwrap();
     assert_eq!(
@@ -1041,9 +1017,14 @@ async fn the_embedded_default_grants_root_admin_and_nothing_else() {
     let r = create_table(&server, &root, orders_table("_system", "audit")).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert!(r.text().await.unwrap().contains("reserved"));
-    let e = put_path(&mut client, &root, &["_system", "audit"], orders(&[1]))
-        .await
-        .unwrap_err();
+    let e = put(
+        &mut client,
+        &root,
+        &["_system", "audit"],
+        vec![orders(&[1])],
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(e.message().contains("_system"), "{}", e.message());
     // root without the admin role activated, and anyone else, get nothing.

@@ -241,11 +241,12 @@ pub async fn create_table(
         .unwrap()
 }
 
-/// DoPut of `batches` to `[ns, table]`; returns each PutResult's JSON.
+/// DoPut of `batches` to the descriptor path `[namespace..., table]`; returns each
+/// PutResult's JSON.
 pub async fn put(
     client: &mut FlightServiceClient<Channel>,
     token: &str,
-    path: [&str; 2],
+    path: &[&str],
     batches: Vec<RecordBatch>,
 ) -> Result<Vec<serde_json::Value>, tonic::Status> {
     let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());

@@ -15,7 +15,7 @@ async fn put_then_get_round_trips() {
     let results = put(
         &mut client,
         &token,
-        ["app", "events"],
+        &["app", "events"],
         vec![events(0..100), events(100..250)],
     )
     .await
@@ -102,14 +102,14 @@ async fn bad_writes_are_refused_with_the_reason() {
     assert!(text.contains("bucket_key amount"), "{text}");
 
     let mut client = server.client().await;
-    let status = put(&mut client, &token, ["app", "nope"], vec![events(0..1)])
+    let status = put(&mut client, &token, &["app", "nope"], vec![events(0..1)])
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
     assert!(status.message().contains("app.nope"));
     // A batch whose schema does not match: nothing is written.
     let wrong = events(0..3).project(&[0, 2, 3]).unwrap();
-    let status = put(&mut client, &token, ["app", "events"], vec![wrong])
+    let status = put(&mut client, &token, &["app", "events"], vec![wrong])
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -154,7 +154,7 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
                 while let Ok(r) = put(
                     &mut client,
                     &token,
-                    ["app", "events"],
+                    &["app", "events"],
                     vec![events(next..next + 20)],
                 )
                 .await
@@ -213,7 +213,7 @@ async fn sigterm_exits_cleanly() {
     let token = server.token("alice", &["writer"]);
     create_table(&server, &token, events_table()).await;
     let mut client = server.client().await;
-    put(&mut client, &token, ["app", "events"], vec![events(0..10)])
+    put(&mut client, &token, &["app", "events"], vec![events(0..10)])
         .await
         .unwrap();
     let status = server.terminate();

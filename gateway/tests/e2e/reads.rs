@@ -18,9 +18,14 @@ async fn loaded() -> (tempfile::TempDir, Server, String) {
     );
     let mut client = server.client().await;
     // ids 0..300, one minute apart from T0.
-    put(&mut client, &token, ["app", "events"], vec![events(0..300)])
-        .await
-        .unwrap();
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(0..300)],
+    )
+    .await
+    .unwrap();
     (dir, server, token)
 }
 
@@ -162,7 +167,7 @@ async fn changelog_follow_receives_rows_appended_later() {
     put(
         &mut writer,
         &token,
-        ["app", "events"],
+        &["app", "events"],
         vec![events(1000..1003)],
     )
     .await
