@@ -417,30 +417,8 @@ fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The gateway's HMAC key: created on first start (0600), then reused, so hashes stay
 /// stable across restarts.
 fn load_or_create_key(path: &Path) -> Result<HashKey> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => HashKey::from_hex(&text)
-            .map_err(|e| GatewayError::Internal(format!("hash key {}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = HashKey::generate();
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    GatewayError::Internal(format!("cannot create {}: {e}", dir.display()))
-                })?;
-            }
-            write_durable(path, key.to_hex().as_bytes())?;
-            restrict_permissions(path)?;
-            tracing::info!(path = %path.display(), "created the write hash key");
-            Ok(key)
-        }
-        Err(e) => Err(GatewayError::Internal(format!(
-            "cannot read hash key {}: {e}",
-            path.display()
-        ))),
-    }
-}
-
-fn restrict_permissions(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| GatewayError::Internal(format!("cannot chmod {}: {e}", path.display())))
+    let text = crate::secret_file::load_or_create(path, || HashKey::generate().to_hex())
+        .map_err(GatewayError::Internal)?;
+    HashKey::from_hex(&text)
+        .map_err(|e| GatewayError::Internal(format!("hash key {}: {e}", path.display())))
 }

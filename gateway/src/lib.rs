@@ -21,6 +21,7 @@ pub mod http;
 pub mod metrics;
 pub mod planner;
 pub mod polaris;
+pub mod secret_file;
 pub mod server;
 pub mod state;
 pub mod ticket;

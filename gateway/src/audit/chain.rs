@@ -105,23 +105,8 @@ impl CheckpointKey {
 
     /// The key in `path`, created (mode 0600) on first use.
     pub fn load_or_create(path: &std::path::Path) -> Result<Self, String> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                use std::os::unix::fs::PermissionsExt;
-                let key = Self::generate();
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-                }
-                hotgate_store::write_file_durable(path, key.to_hex().as_bytes())
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
-                Ok(key)
-            }
-            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-        }
+        let text = crate::secret_file::load_or_create(path, || Self::generate().to_hex())?;
+        Self::from_hex(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// The public key, hex, as `hotgate audit pubkey` prints it.
