@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// Environment variables read by hotgate that are not configuration keys.
-const NON_CONFIG_ENV: [&str; 1] = ["HOTGATE_LOG"];
+const NON_CONFIG_ENV: [&str; 2] = ["HOTGATE_LOG", "HOTGATE_TOKEN"];
 
 /// The whole configuration. Every field has a default: the embedded, all-local setup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +25,39 @@ pub struct Config {
     /// The HMAC key of `hash` write rules and masks (64 hex digits); created on first
     /// start. Default `<data_dir>/hash.key`.
     pub hash_key_file: Option<PathBuf>,
+    pub audit: AuditConfig,
+}
+
+/// The audit log (`_system.audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Off only for benchmarks: with `false` nothing is recorded and reads do not wait
+    /// for an audit sync. The server warns at start.
+    pub enabled: bool,
+    /// A signed checkpoint after this many records...
+    pub checkpoint_every: u64,
+    /// ...or after this long with unsigned records, whichever comes first.
+    #[serde(with = "duration_text")]
+    pub checkpoint_interval: std::time::Duration,
+    /// How long records stay in the hot tier (never before they are tiered).
+    #[serde(with = "duration_text")]
+    pub hot_retention: std::time::Duration,
+    /// The Ed25519 key (64 hex digits) that signs checkpoints; created on first start.
+    /// Default `<data_dir>/audit.ed25519.key`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            checkpoint_every: 1000,
+            checkpoint_interval: std::time::Duration::from_secs(60),
+            hot_retention: std::time::Duration::from_secs(30 * 86_400),
+            key_file: None,
+        }
+    }
 }
 
 /// Where the grant mirror comes from.
@@ -117,6 +150,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             grants: GrantsConfig::default(),
             hash_key_file: None,
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -201,6 +235,20 @@ impl Config {
                 "GRANTS_POLARIS_URL" => self.grants.polaris_url = Some(value),
                 "GRANTS_POLARIS_TOKEN" => self.grants.polaris_token = Some(value),
                 "HASH_KEY_FILE" => self.hash_key_file = Some(PathBuf::from(value)),
+                "AUDIT_ENABLED" => {
+                    self.audit.enabled = value.parse().map_err(|_| {
+                        ConfigError(format!("{key}={value:?}: use true or false"))
+                    })?
+                }
+                "AUDIT_CHECKPOINT_EVERY" => {
+                    self.audit.checkpoint_every = value.parse().map_err(|_| {
+                        ConfigError(format!("{key}={value:?} is not a count"))
+                    })?
+                }
+                "AUDIT_CHECKPOINT_INTERVAL" => {
+                    self.audit.checkpoint_interval = duration(&value)?
+                }
+                "AUDIT_KEY_FILE" => self.audit.key_file = Some(PathBuf::from(value)),
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
@@ -208,7 +256,9 @@ impl Config {
                          HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_AUTH_JWKS_URL, \
                          HOTGATE_GRANTS_SOURCE, HOTGATE_GRANTS_FILE, HOTGATE_GRANTS_CATALOG, \
                          HOTGATE_GRANTS_REFRESH, HOTGATE_GRANTS_MAX_STALENESS, HOTGATE_GRANTS_POLARIS_URL, \
-                         HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_LOG"
+                         HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_AUDIT_ENABLED, \
+                         HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
+                         HOTGATE_AUDIT_KEY_FILE, HOTGATE_LOG, HOTGATE_TOKEN"
                     )));
                 }
             }
@@ -233,7 +283,10 @@ impl Config {
 
     /// The Ed25519 key that signs audit checkpoints.
     pub fn audit_key_path(&self) -> PathBuf {
-        self.data_dir.join("audit.ed25519.key")
+        self.audit
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("audit.ed25519.key"))
     }
 
     /// The embedded issuer's key file.

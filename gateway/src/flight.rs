@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::audit::{CallAudit, Completion};
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
 use crate::planner::{check_columns, plan_scan};
@@ -60,6 +61,17 @@ impl HotgateFlight {
             })
     }
 
+    /// Starts the audit of a call by `principal`.
+    fn audit<T>(&self, principal: &Principal, request: &Request<T>, action: &str) -> CallAudit {
+        CallAudit::new(
+            &self.state.audit,
+            &self.state.governance,
+            principal,
+            request.remote_addr(),
+            action,
+        )
+    }
+
     /// Authorizes `privilege` on the table, then opens it. The check comes first so a
     /// caller without access cannot probe which tables exist.
     fn table_for(
@@ -85,19 +97,25 @@ impl HotgateFlight {
         e.into()
     }
 
+    /// Decodes, authorizes and plans a read, filling in its audit record as it goes.
     async fn open_read(
         &self,
         principal: &Principal,
-        table: Arc<HotTable>,
-        command: Command,
+        ticket: &[u8],
+        audit: &mut CallAudit,
     ) -> Result<(SchemaRef, BatchStream, &'static str)> {
+        let command = ticket::parse(ticket)?;
+        audit.set_action(command.kind());
+        audit.set_table(command.table());
+        audit.set_columns_requested(command.columns().unwrap_or_default());
+        let table = self.table_for(principal, Privilege::TableReadData, command.table())?;
         let view = self.state.governance.view(principal, &table)?;
-        match command {
+        let opened = match command {
             Command::Scan(scan) => {
                 let df = plan_scan(table, &view, &scan).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
-                Ok((schema, stream.map_err(GatewayError::from).boxed(), "scan"))
+                (schema, stream.map_err(GatewayError::from).boxed(), "scan")
             }
             Command::Changelog(c) => {
                 let recheck = Recheck {
@@ -106,11 +124,13 @@ impl HotgateFlight {
                     table: Arc::clone(&table),
                 };
                 let (schema, stream) =
-                    changelog(table, view, c, recheck, self.state.shutdown.clone())?;
-                Ok((schema, stream, "changelog"))
+                    changelog(table, Arc::clone(&view), c, recheck, self.state.shutdown.clone())?;
+                (schema, stream, "changelog")
             }
-            Command::Lookup { table } => Err(lookup_unsupported(&table)),
-        }
+            Command::Lookup { table } => return Err(lookup_unsupported(&table)),
+        };
+        audit.set_view(&view, &opened.0);
+        Ok(opened)
     }
 
     async fn do_get_inner(
@@ -118,25 +138,44 @@ impl HotgateFlight {
         request: Request<Ticket>,
     ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
         let principal = self.principal(&request)?;
-        let command = ticket::parse(&request.get_ref().ticket)?;
-        let table = self.table_for(&principal, Privilege::TableReadData, command.table())?;
+        let mut audit = self.audit(&principal, &request, "read");
+        let ticket = request.into_inner().ticket;
+        audit.set_request(&ticket);
         let started = Instant::now();
-        let (schema, batches, kind) = self.open_read(&principal, table, command).await?;
+        let (schema, batches, kind) = match self.open_read(&principal, &ticket, &mut audit).await
+        {
+            Ok(opened) => opened,
+            Err(e) => {
+                audit.deny(&e);
+                return Err(e);
+            }
+        };
+        // Durable before the first batch can leave; a read that cannot be audited fails.
+        let completion = Arc::new(audit.allow().await?);
         let timer = ReadTimer {
             histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
             started,
         };
         let errors = self.state.metrics.errors.clone();
+        let counted = Arc::clone(&completion);
+        let batches = batches.inspect_ok(move |b| counted.add_rows(b.num_rows() as u64));
         let encoded = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches.map_err(|e| FlightError::ExternalError(Box::new(e))))
             .map(move |item| {
                 let _ = &timer; // observed when the stream is dropped
-                item.map_err(|e| {
-                    let status = flight_error_to_status(e);
-                    errors.with_label_values(&[code_name(status.code())]).inc();
-                    status
-                })
+                match item {
+                    Ok(data) => {
+                        completion.add_bytes((data.data_header.len() + data.data_body.len()) as u64);
+                        Ok(data)
+                    }
+                    Err(e) => {
+                        let status = flight_error_to_status(e);
+                        errors.with_label_values(&[code_name(status.code())]).inc();
+                        completion.failed(&format!("{}: {}", code_name(status.code()), status.message()));
+                        Err(status)
+                    }
+                }
             });
         Ok(encoded.boxed())
     }
@@ -162,12 +201,36 @@ impl HotgateFlight {
         }
     }
 
+    /// GetFlightInfo and GetSchema: the call is audited as `action`, and its record is
+    /// durable before the answer leaves.
     async fn flight_info(
         &self,
         principal: &Principal,
         descriptor: FlightDescriptor,
+        mut audit: CallAudit,
+    ) -> Result<FlightInfo> {
+        audit.set_request(&descriptor_bytes(&descriptor));
+        match self.flight_info_inner(principal, descriptor, &mut audit).await {
+            Ok(info) => {
+                audit.allow_once().await?;
+                Ok(info)
+            }
+            Err(e) => {
+                audit.deny(&e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn flight_info_inner(
+        &self,
+        principal: &Principal,
+        descriptor: FlightDescriptor,
+        audit: &mut CallAudit,
     ) -> Result<FlightInfo> {
         let command = self.command_of(&descriptor)?;
+        audit.set_table(command.table());
+        audit.set_columns_requested(command.columns().unwrap_or_default());
         let table = self.table_for(principal, Privilege::TableReadData, command.table())?;
         let view = self.state.governance.view(principal, &table)?;
         let (schema, tickets) = match command {
@@ -205,6 +268,7 @@ impl HotgateFlight {
             }
             Command::Lookup { table } => return Err(lookup_unsupported(&table)),
         };
+        audit.set_view(&view, &schema);
         let mut info = FlightInfo::new()
             .try_with_schema(&schema)
             .map_err(|e| GatewayError::Internal(e.to_string()))?
@@ -220,7 +284,27 @@ impl HotgateFlight {
         request: Request<Streaming<FlightData>>,
     ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
         let principal = self.principal(&request)?;
-        let mut input = request.into_inner();
+        let mut audit = self.audit(&principal, &request, "write");
+        let input = request.into_inner();
+        let (table, first, input) = match self.open_write(&principal, input, &mut audit).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                audit.deny(&e);
+                return Err(e);
+            }
+        };
+        // The write is on record before its first row is stored.
+        let completion = audit.allow().await?;
+        self.run_write(table, first, input, completion)
+    }
+
+    /// Reads the descriptor of a DoPut and authorizes the write.
+    async fn open_write(
+        &self,
+        principal: &Principal,
+        mut input: Streaming<FlightData>,
+        audit: &mut CallAudit,
+    ) -> Result<(Arc<HotTable>, FlightData, Streaming<FlightData>)> {
         let first = input
             .message()
             .await
@@ -236,13 +320,26 @@ impl HotgateFlight {
                 "descriptor: DoPut takes a path descriptor [namespace, table]".into(),
             ));
         }
+        audit.set_request(&descriptor_bytes(&descriptor));
         let name = table_of_path(&descriptor.path)?;
+        audit.set_table(&name);
         if name.is_system() {
             return Err(GatewayError::PermissionDenied(format!(
                 "{name} is written only by hotgate itself; no grant allows DoPut to _system"
             )));
         }
-        let table = self.table_for(&principal, Privilege::TableWriteData, &name)?;
+        let table = self.table_for(principal, Privilege::TableWriteData, &name)?;
+        Ok((table, first, input))
+    }
+
+    /// Streams a DoPut's batches into the table, acknowledging each once durable.
+    fn run_write(
+        &self,
+        table: Arc<HotTable>,
+        first: FlightData,
+        input: Streaming<FlightData>,
+        completion: Completion,
+    ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
         // Drop and hash happen here, before the batch reaches the store.
         let rules = Governance::write_rules(table.def());
         let governance = Arc::clone(&self.state.governance);
@@ -269,6 +366,7 @@ impl HotgateFlight {
                         match done {
                             Ok(r) => {
                                 metrics.put_rows.inc_by(r.rows);
+                                completion.add_rows(r.rows);
                                 let message = serde_json::to_vec(&r)
                                     .map(|m| PutResult { app_metadata: m.into() })
                                     .map_err(|e| Status::internal(e.to_string()));
@@ -285,6 +383,7 @@ impl HotgateFlight {
                         match item {
                             None => input_done = true,
                             Some(Ok(batch)) => {
+                                completion.add_bytes(batch.get_array_memory_size() as u64);
                                 let stored = rules.apply(&batch, governance.hash_key());
                                 let queued = match stored {
                                     Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
@@ -314,6 +413,7 @@ impl HotgateFlight {
             }
             if let Some(e) = failure {
                 metrics.errors.with_label_values(&[e.code()]).inc();
+                completion.failed(&format!("{}: {e}", e.code()));
                 let _ = tx.send(Err(e.into())).await;
             }
         });
@@ -349,6 +449,14 @@ fn scan_ticket(scan: &Scan, buckets: Option<Vec<u32>>) -> Result<Vec<u8>> {
         ..Default::default()
     };
     serde_json::to_vec(&json).map_err(|e| GatewayError::Internal(e.to_string()))
+}
+
+/// The bytes a descriptor's audit digest covers: its command, or its path.
+fn descriptor_bytes(descriptor: &FlightDescriptor) -> Vec<u8> {
+    match descriptor.r#type() {
+        DescriptorType::Cmd => descriptor.cmd.to_vec(),
+        _ => serde_json::to_vec(&descriptor.path).unwrap_or_default(),
+    }
 }
 
 fn table_of_path(path: &[String]) -> Result<TableName> {
@@ -566,6 +674,7 @@ impl FlightService for HotgateFlight {
         let principal = self
             .principal(&request)
             .map_err(|e| self.fail("list_flights", e))?;
+        let audit = self.audit(&principal, &request, "list_flights");
         let mut infos = Vec::new();
         for table in self.state.store.tables() {
             let name = table.def().name();
@@ -603,6 +712,10 @@ impl FlightService for HotgateFlight {
                 .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)));
             infos.push(Ok(info));
         }
+        audit
+            .allow_once()
+            .await
+            .map_err(|e| self.fail("list_flights", e))?;
         Ok(Response::new(futures::stream::iter(infos).boxed()))
     }
 
@@ -618,7 +731,8 @@ impl FlightService for HotgateFlight {
         let principal = self
             .principal(&request)
             .map_err(|e| self.fail("get_flight_info", e))?;
-        self.flight_info(&principal, request.into_inner())
+        let audit = self.audit(&principal, &request, "flight_info");
+        self.flight_info(&principal, request.into_inner(), audit)
             .await
             .map(Response::new)
             .map_err(|e| self.fail("get_flight_info", e))
@@ -645,8 +759,9 @@ impl FlightService for HotgateFlight {
         let principal = self
             .principal(&request)
             .map_err(|e| self.fail("get_schema", e))?;
+        let audit = self.audit(&principal, &request, "get_schema");
         let info = self
-            .flight_info(&principal, request.into_inner())
+            .flight_info(&principal, request.into_inner(), audit)
             .await
             .map_err(|e| self.fail("get_schema", e))?;
         let schema = info

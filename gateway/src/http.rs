@@ -1,12 +1,16 @@
-//! The HTTP API (axum): health, metrics, tables, the grant mirror and data policies.
+//! The HTTP API (axum): health, metrics, tables, the grant mirror, data policies and
+//! the audit log.
 //!
-//! Every route but `/healthz` and `/metrics` authenticates the caller; admin routes need
-//! `CATALOG_MANAGE_ACCESS` on the catalog.
+//! Every route but `/healthz` and `/metrics` authenticates the caller and is one audit
+//! record, written (and synced) before the call changes or returns anything. Admin
+//! routes need `CATALOG_MANAGE_ACCESS` on the catalog; audit routes need
+//! `TABLE_READ_DATA` on `_system.audit`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -14,6 +18,8 @@ use axum::{Json, Router};
 use hotgate_policy::{DataPolicy, Principal, Privilege, Resource};
 use hotgate_store::{HotTable, TableName, TableSpec};
 
+use crate::audit::query::{AuditQuery, query as query_audit};
+use crate::audit::{CallAudit, audit_table_name, verify_audit_log};
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
@@ -31,7 +37,32 @@ pub fn router(state: Arc<GatewayState>) -> Router {
             "/v1/policies/{id}",
             get(get_policy).put(replace_policy).delete(delete_policy),
         )
+        .route("/v1/audit", get(audit_records))
+        .route("/v1/audit/verify", get(audit_verify))
         .with_state(state)
+}
+
+/// Who is calling, from where.
+struct Caller {
+    addr: Option<SocketAddr>,
+    headers: HeaderMap,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        Ok(Caller {
+            addr: parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+            headers: parts.headers.clone(),
+        })
+    }
 }
 
 fn principal(state: &GatewayState, headers: &HeaderMap) -> Result<Principal> {
@@ -44,6 +75,33 @@ fn principal(state: &GatewayState, headers: &HeaderMap) -> Result<Principal> {
         })
         .transpose()?;
     state.authn.authenticate(value)
+}
+
+/// Authenticates the caller and runs `check`, recording a denial if either fails.
+/// Returns the principal and the call's audit, for the handler to complete.
+fn audited(
+    state: &Arc<GatewayState>,
+    caller: &Caller,
+    action: &str,
+    check: impl FnOnce(&Principal) -> Result<()>,
+) -> Result<(Principal, CallAudit)> {
+    let principal = principal(state, &caller.headers).inspect_err(|e| {
+        CallAudit::anonymous(&state.audit, caller.addr, action).deny(e);
+    })?;
+    let audit = CallAudit::new(
+        &state.audit,
+        &state.governance,
+        &principal,
+        caller.addr,
+        action,
+    );
+    match check(&principal) {
+        Ok(()) => Ok((principal, audit)),
+        Err(e) => {
+            audit.deny(&e);
+            Err(e)
+        }
+    }
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -76,23 +134,34 @@ fn describe(table: &HotTable) -> serde_json::Value {
 
 async fn create_table(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     body: std::result::Result<Json<TableSpec>, JsonRejection>,
 ) -> Result<impl IntoResponse> {
-    let principal = principal(&state, &headers)?;
-    let Json(spec) = body.map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
-    let name = TableName::parse(&format!("{}.{}", spec.namespace, spec.name))?;
-    if name.is_system() {
-        return Err(GatewayError::InvalidArgument(format!(
-            "namespace {}: the _system namespace is reserved for hotgate's own tables",
-            spec.namespace
-        )));
-    }
-    state.governance.authorize(
-        &principal,
-        Privilege::TableCreate,
-        &Resource::Namespace(vec![name.namespace().to_owned()]),
-    )?;
+    let mut name = None;
+    let (principal, mut audit) = audited(&state, &caller, "create_table", |principal| {
+        let Json(spec) = body
+            .as_ref()
+            .map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
+        let parsed = TableName::parse(&format!("{}.{}", spec.namespace, spec.name))?;
+        name = Some(parsed.clone());
+        if parsed.is_system() {
+            return Err(GatewayError::InvalidArgument(format!(
+                "namespace {}: the _system namespace is reserved for hotgate's own tables",
+                spec.namespace
+            )));
+        }
+        state.governance.authorize(
+            principal,
+            Privilege::TableCreate,
+            &Resource::Namespace(vec![parsed.namespace().to_owned()]),
+        )
+    })?;
+    let (Some(name), Ok(Json(spec))) = (name, body) else {
+        return Err(GatewayError::Internal("the checked body is gone".into()));
+    };
+    audit.set_table(&name);
+    audit.set_request(&serde_json::to_vec(&spec).unwrap_or_default());
+    audit.allow_once().await?;
     let table = state.store.create_table(spec).await?;
     tracing::info!(table = %name, principal = %principal.name, "table created");
     Ok((StatusCode::CREATED, Json(describe(&table))))
@@ -100,9 +169,10 @@ async fn create_table(
 
 async fn list_tables(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<impl IntoResponse> {
-    let principal = principal(&state, &headers)?;
+    let (principal, audit) = audited(&state, &caller, "list_tables", |_| Ok(()))?;
+    audit.allow_once().await?;
     let tables: Vec<serde_json::Value> = state
         .store
         .tables()
@@ -120,34 +190,49 @@ async fn list_tables(
 
 async fn get_table(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
-    let principal = principal(&state, &headers)?;
-    let name = TableName::parse(&id)?;
-    state
-        .governance
-        .authorize_table(&principal, Privilege::TableList, &name)?;
+    let mut name = None;
+    let (_, mut audit) = audited(&state, &caller, "describe_table", |principal| {
+        let parsed = TableName::parse(&id)?;
+        name = Some(parsed.clone());
+        state
+            .governance
+            .authorize_table(principal, Privilege::TableList, &parsed)
+    })?;
+    let name = name.ok_or_else(|| GatewayError::Internal("the checked name is gone".into()))?;
+    audit.set_table(&name);
+    audit.allow_once().await?;
     let table = state.store.table(&name)?;
     Ok(Json(describe(&table)))
 }
 
-/// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog.
-fn admin(state: &GatewayState, headers: &HeaderMap) -> Result<Principal> {
-    let principal = principal(state, headers)?;
-    state.governance.authorize(
-        &principal,
-        Privilege::CatalogManageAccess,
-        &Resource::Catalog,
-    )?;
+/// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog; the call's record
+/// is durable before this returns.
+async fn admin(
+    state: &Arc<GatewayState>,
+    caller: &Caller,
+    action: &str,
+    request: Option<&[u8]>,
+) -> Result<Principal> {
+    let (principal, mut audit) = audited(state, caller, action, |principal| {
+        state
+            .governance
+            .authorize(principal, Privilege::CatalogManageAccess, &Resource::Catalog)
+    })?;
+    if let Some(bytes) = request {
+        audit.set_request(bytes);
+    }
+    audit.allow_once().await?;
     Ok(principal)
 }
 
 async fn get_grants(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<impl IntoResponse> {
-    admin(&state, &headers)?;
+    admin(&state, &caller, "get_grants", None).await?;
     let mirror = state.governance.mirror();
     Ok(Json(serde_json::json!({
         "status": state.governance.status(),
@@ -158,9 +243,9 @@ async fn get_grants(
 
 async fn sync_grants(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<impl IntoResponse> {
-    let principal = admin(&state, &headers)?;
+    let principal = admin(&state, &caller, "sync_grants", None).await?;
     let report = state.governance.sync().await?;
     tracing::info!(principal = %principal.name, version = report.version, changed = report.changed, "grants synced on request");
     Ok(Json(report))
@@ -168,9 +253,9 @@ async fn sync_grants(
 
 async fn grants_drift(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<impl IntoResponse> {
-    admin(&state, &headers)?;
+    admin(&state, &caller, "grants_drift", None).await?;
     let drift = state.governance.drift().await?;
     Ok(Json(serde_json::json!({
         "mirror_version": state.governance.mirror().version(),
@@ -181,18 +266,18 @@ async fn grants_drift(
 
 async fn list_policies(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<impl IntoResponse> {
-    admin(&state, &headers)?;
+    admin(&state, &caller, "list_policies", None).await?;
     Ok(Json(state.governance.policies().as_ref().clone()))
 }
 
 async fn get_policy(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
-    admin(&state, &headers)?;
+    admin(&state, &caller, "get_policy", None).await?;
     let set = state.governance.policies();
     let policy = set
         .get(&id)
@@ -208,11 +293,13 @@ fn policy_body(body: std::result::Result<Json<DataPolicy>, JsonRejection>) -> Re
 
 async fn create_policy(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     body: std::result::Result<Json<DataPolicy>, JsonRejection>,
 ) -> Result<impl IntoResponse> {
-    let principal = admin(&state, &headers)?;
-    let policy = policy_body(body)?;
+    let policy = policy_body(body);
+    let bytes = policy.as_ref().ok().and_then(|p| serde_json::to_vec(p).ok());
+    let principal = admin(&state, &caller, "create_policy", bytes.as_deref()).await?;
+    let policy = policy?;
     let id = policy.id.clone();
     let warnings = unknown_role_warnings(&state, &policy);
     let set = state
@@ -257,12 +344,14 @@ fn unknown_role_warnings(state: &GatewayState, policy: &DataPolicy) -> Vec<Strin
 
 async fn replace_policy(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     Path(id): Path<String>,
     body: std::result::Result<Json<DataPolicy>, JsonRejection>,
 ) -> Result<impl IntoResponse> {
-    let principal = admin(&state, &headers)?;
-    let policy = policy_body(body)?;
+    let policy = policy_body(body);
+    let bytes = policy.as_ref().ok().and_then(|p| serde_json::to_vec(p).ok());
+    let principal = admin(&state, &caller, "replace_policy", bytes.as_deref()).await?;
+    let policy = policy?;
     if state.governance.policies().get(&id).is_none() {
         return Err(GatewayError::NotFound(format!("no policy {id:?}")));
     }
@@ -281,10 +370,10 @@ async fn replace_policy(
 
 async fn delete_policy(
     State(state): State<Arc<GatewayState>>,
-    headers: HeaderMap,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
-    let principal = admin(&state, &headers)?;
+    let principal = admin(&state, &caller, "delete_policy", Some(id.as_bytes())).await?;
     if state.governance.policies().get(&id).is_none() {
         return Err(GatewayError::NotFound(format!("no policy {id:?}")));
     }
@@ -294,4 +383,77 @@ async fn delete_policy(
         .await?;
     tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy deleted");
     Ok(Json(serde_json::json!({"policy_set_version": set.version})))
+}
+
+/// Authorizes a read of `_system.audit` and opens it with the caller's view.
+fn audit_reader(
+    state: &Arc<GatewayState>,
+    caller: &Caller,
+    action: &str,
+) -> Result<(Arc<HotTable>, Arc<hotgate_policy::SecureView>, CallAudit)> {
+    let name = audit_table_name();
+    let mut opened = None;
+    let (_, mut audit) = audited(state, caller, action, |principal| {
+        state
+            .governance
+            .authorize_table(principal, Privilege::TableReadData, &name)?;
+        let table = state.store.table(&name).map_err(|_| {
+            GatewayError::NotFound("auditing is switched off: there is no _system.audit".into())
+        })?;
+        let view = state.governance.view(principal, &table)?;
+        opened = Some((table, view));
+        Ok(())
+    })?;
+    audit.set_table(&name);
+    let (table, view) =
+        opened.ok_or_else(|| GatewayError::Internal("the opened audit table is gone".into()))?;
+    Ok((table, view, audit))
+}
+
+/// `GET /v1/audit`: records, newest first, filtered and paged.
+async fn audit_records(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    query: std::result::Result<Query<AuditQuery>, QueryRejection>,
+) -> Result<impl IntoResponse> {
+    let (table, view, mut audit) = audit_reader(&state, &caller, "audit_query")?;
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            let e = GatewayError::InvalidArgument(e.body_text());
+            audit.deny(&e);
+            return Err(e);
+        }
+    };
+    audit.set_request(&serde_json::to_vec(&query).unwrap_or_default());
+    audit.set_view(&view, view.schema());
+    let page = match query_audit(table, &view, &query).await {
+        Ok(page) => page,
+        Err(e) => {
+            audit.deny(&e);
+            return Err(e);
+        }
+    };
+    let completion = audit.allow().await?;
+    completion.add_rows(page.records.len() as u64);
+    Ok(Json(page))
+}
+
+/// `GET /v1/audit/verify`: re-checks the durable part of the chain and every
+/// checkpoint. 200 with `"intact": false` and the first damage when it is broken.
+async fn audit_verify(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+) -> Result<impl IntoResponse> {
+    let (table, _, audit) = audit_reader(&state, &caller, "audit_verify")?;
+    audit.allow_once().await?;
+    // Bounded by what is durable now; the records this call just wrote are included.
+    let ends = table.end_offsets();
+    let root = state.store.root().to_path_buf();
+    let key = state.audit.public_key_hex();
+    let report =
+        tokio::task::spawn_blocking(move || verify_audit_log(&root, &key, Some(&ends)))
+            .await
+            .map_err(|e| GatewayError::Internal(e.to_string()))??;
+    Ok(Json(report))
 }

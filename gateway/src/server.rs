@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::audit::{AuditLog, CallAudit, CheckpointKey};
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::{GatewayError, Result};
@@ -120,6 +121,9 @@ pub async fn run(
     let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
     let authn = Arc::new(Authenticator::new(validator(&config).await?));
     let governance = Arc::new(Governance::open(&config).await?);
+    let audit_key = CheckpointKey::load_or_create(&config.audit_key_path())
+        .map_err(GatewayError::Internal)?;
+    let audit = Arc::new(AuditLog::open(&store, &config.audit, audit_key).await?);
     tracing::info!(
         source = %governance.status().source,
         catalog = %config.grants.catalog,
@@ -138,15 +142,18 @@ pub async fn run(
         );
     }
     governance.spawn_refresh(config.grants.refresh, stop_rx.clone());
+    audit.spawn_checkpoints(config.audit.checkpoint_interval, stop_rx.clone());
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
         authn: Arc::clone(&authn),
         governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),
+        audit: Arc::clone(&audit),
         shutdown: stop_rx.clone(),
     });
 
     let interceptor_authn = Arc::clone(&authn);
+    let interceptor_audit = Arc::clone(&audit);
     let flight_server = FlightServiceServer::new(HotgateFlight::new(Arc::clone(&state)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -158,9 +165,15 @@ pub async fn run(
                 .metadata()
                 .get("authorization")
                 .map(|v| v.to_str().unwrap_or_default().to_owned());
-            let principal = interceptor_authn
-                .authenticate(header.as_deref())
-                .map_err(tonic::Status::from)?;
+            let principal = match interceptor_authn.authenticate(header.as_deref()) {
+                Ok(p) => p,
+                Err(e) => {
+                    let action = "authenticate";
+                    CallAudit::anonymous(&interceptor_audit, request.remote_addr(), action)
+                        .deny(&e);
+                    return Err(e.into());
+                }
+            };
             request.extensions_mut().insert(principal);
             Ok(request)
         },
@@ -175,7 +188,11 @@ pub async fn run(
     );
     let mut http_stop = stop_rx.clone();
     let http_task = tokio::spawn(
-        axum::serve(http_listener, crate::http::router(Arc::clone(&state)))
+        axum::serve(
+            http_listener,
+            crate::http::router(Arc::clone(&state))
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
             .with_graceful_shutdown(async move {
                 let _ = http_stop.wait_for(|s| *s).await;
             })
@@ -202,6 +219,12 @@ pub async fn run(
         Ok((Ok(Ok(())), Ok(Ok(())))) => {}
         Ok((flight, http)) => tracing::error!(?flight, ?http, "a server ended with an error"),
         Err(_) => tracing::warn!("in-flight calls did not finish within {DRAIN_TIMEOUT:?}"),
+    }
+    // Completion records of the streams that just ended, then a checkpoint that signs
+    // everything, before the logs close.
+    audit.flush().await;
+    if let Err(e) = audit.checkpoint().await {
+        tracing::error!("final audit checkpoint not written: {e}");
     }
     store.close().await;
     tracing::info!("store closed; every acknowledged append is durable");

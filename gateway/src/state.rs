@@ -1,11 +1,12 @@
 //! What every handler shares: the store, authentication, governance (grants, policies,
-//! write key), metrics and the shutdown signal.
+//! write key), the audit log, metrics and the shutdown signal.
 
 use std::sync::Arc;
 
 use hotgate_store::Store;
 use tokio::sync::watch;
 
+use crate::audit::AuditLog;
 use crate::auth::Authenticator;
 use crate::governance::Governance;
 use crate::metrics::GatewayMetrics;
@@ -16,6 +17,8 @@ pub struct GatewayState {
     pub authn: Arc<Authenticator>,
     pub governance: Arc<Governance>,
     pub metrics: Arc<GatewayMetrics>,
+    /// The audit log every call is recorded in.
+    pub audit: Arc<AuditLog>,
     /// Flips to `true` when the server begins shutting down; long-lived streams end.
     pub shutdown: watch::Receiver<bool>,
 }

@@ -65,6 +65,24 @@ impl Command {
             Command::Lookup { table } => table,
         }
     }
+
+    /// The audit action of the command.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Scan(_) => "scan",
+            Command::Changelog(_) => "changelog",
+            Command::Lookup { .. } => "lookup",
+        }
+    }
+
+    /// The columns the caller asked for, if it named any.
+    pub fn columns(&self) -> Option<&[String]> {
+        match self {
+            Command::Scan(s) => s.columns.as_deref(),
+            Command::Changelog(c) => c.columns.as_deref(),
+            Command::Lookup { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -16,6 +16,7 @@
 pub mod bucket;
 mod error;
 mod hot_table;
+pub mod inspect;
 mod log;
 mod metrics;
 mod scan;
@@ -27,6 +28,7 @@ mod validate;
 
 pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
+pub use inspect::{InspectedFrame, inspect_table};
 pub use hot_table::{AppendResult, AppendedPart, HotTable, PendingAppend, RetentionReport};
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};

@@ -149,7 +149,7 @@ impl FrameMeta {
         h
     }
 
-    fn parse(position: u64, h: &[u8; HEADER_LEN]) -> (Self, u32) {
+    pub(crate) fn parse(position: u64, h: &[u8; HEADER_LEN]) -> (Self, u32) {
         let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let u64_at = |i: usize| {
             let mut b = [0u8; 8];

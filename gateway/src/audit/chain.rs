@@ -197,10 +197,27 @@ pub struct VerifyReport {
     pub first_damage: Option<Damage>,
 }
 
+/// One entry of a chain as read from storage.
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    Record(&'a AuditRecord),
+    /// Bytes that should hold the next record(s) but cannot be read as records (a frame
+    /// failing its CRC, say): damage at the seq the chain expects next.
+    Unreadable,
+}
+
 /// Re-checks a chain read in storage order: seq continuity, every hash and link, and
 /// every checkpoint signature. Stops at the first damage.
 pub fn verify<'a>(
     records: impl IntoIterator<Item = &'a AuditRecord>,
+    public_key_hex: &str,
+) -> Result<VerifyReport, String> {
+    verify_stored(records.into_iter().map(Stored::Record), public_key_hex)
+}
+
+/// [`verify`] over stored entries, some of which may be unreadable.
+pub fn verify_stored<'a>(
+    entries: impl IntoIterator<Item = Stored<'a>>,
     public_key_hex: &str,
 ) -> Result<VerifyReport, String> {
     let key_bytes: [u8; 32] = hex::decode(public_key_hex.trim())
@@ -216,11 +233,20 @@ pub fn verify<'a>(
     };
     let (mut expected, mut prev_hash) = (1u64, GENESIS.to_owned());
     let damage = |seq, kind| Some(Damage { seq, kind });
-    let mut records = records.into_iter().peekable();
-    while let Some(r) = records.next() {
+    let mut entries = entries.into_iter().peekable();
+    while let Some(entry) = entries.next() {
+        let r = match entry {
+            Stored::Record(r) => r,
+            Stored::Unreadable => {
+                report.first_damage = damage(expected, DamageKind::Modified);
+                return Ok(report);
+            }
+        };
         let found = if r.seq > expected {
             // The expected seq right after a later one was swapped, not lost.
-            let swapped = records.peek().is_some_and(|next| next.seq == expected);
+            let swapped = entries
+                .peek()
+                .is_some_and(|next| matches!(next, Stored::Record(n) if n.seq == expected));
             let kind = if swapped {
                 DamageKind::Reordered
             } else {

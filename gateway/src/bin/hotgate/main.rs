@@ -1,5 +1,6 @@
 //! `hotgate`: a thin command line over the gateway library.
 
+mod audit;
 mod serve;
 mod token;
 
@@ -72,6 +73,46 @@ enum AuditCommand {
         #[command(flatten)]
         config: ConfigArgs,
     },
+    /// Re-check the audit chain and every checkpoint signature in a data dir, changing
+    /// nothing (meant for a stopped server). Exits 1 and names the first bad seq and
+    /// the kind of damage when the chain is broken.
+    Verify {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Check checkpoints against this public key (hex) instead of the data dir's.
+        #[arg(long)]
+        public_key: Option<String>,
+    },
+    /// Print audit records from a running server, newest first, one JSON per line.
+    Query {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        server: audit::ServerArgs,
+        #[command(flatten)]
+        filters: audit::Filters,
+        /// At most this many records.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Print the latest audit records oldest first, then follow new ones.
+    Tail {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        server: audit::ServerArgs,
+        #[command(flatten)]
+        filters: audit::Filters,
+        /// How many records to print first.
+        #[arg(long, short = 'n', default_value_t = 20)]
+        last: usize,
+        /// Print the latest records and stop instead of following.
+        #[arg(long)]
+        no_follow: bool,
+        /// How often to ask for new records while following.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        every: std::time::Duration,
+    },
 }
 
 impl ConfigArgs {
@@ -86,6 +127,9 @@ impl ConfigArgs {
 }
 
 fn main() -> ExitCode {
+    // Fail points exist only in test builds (the `failpoints` feature); FAILPOINTS
+    // configures them, e.g. `FAILPOINTS=audit-append=return`.
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve {
@@ -109,13 +153,37 @@ fn main() -> ExitCode {
         } => config
             .load()
             .and_then(|c| token::token(&c, &sub, &roles, ttl)),
-        Command::Audit {
-            command: AuditCommand::Pubkey { config },
-        } => config.load().and_then(|c| {
-            let key = hotgate_gateway::audit::CheckpointKey::load_or_create(&c.audit_key_path())?;
-            println!("{}", key.public_hex());
-            Ok(())
-        }),
+        Command::Audit { command } => match command {
+            AuditCommand::Pubkey { config } => config.load().and_then(|c| audit::pubkey(&c)),
+            AuditCommand::Verify { config, public_key } => {
+                match config
+                    .load()
+                    .and_then(|c| audit::verify(&c, public_key.as_deref()))
+                {
+                    Ok(true) => Ok(()),
+                    Ok(false) => return ExitCode::FAILURE,
+                    Err(e) => Err(e),
+                }
+            }
+            AuditCommand::Query {
+                config,
+                server,
+                filters,
+                limit,
+            } => config
+                .load()
+                .and_then(|c| audit::query(&c, &server, &filters, limit)),
+            AuditCommand::Tail {
+                config,
+                server,
+                filters,
+                last,
+                no_follow,
+                every,
+            } => config
+                .load()
+                .and_then(|c| audit::tail(&c, &server, &filters, last, !no_follow, every)),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

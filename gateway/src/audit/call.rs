@@ -1,0 +1,254 @@
+//! The audit of one call: a record built up as the call is decoded and authorized, then
+//! written as an allow (synced before any data leaves) or a deny; and, for streams, a
+//! completion record with rows, bytes and duration when the stream ends or breaks.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow_schema::Schema;
+use hotgate_policy::{Principal, SecureView};
+use hotgate_store::TableName;
+use sha2::{Digest, Sha256};
+
+use super::chain::{AuditRecord, Decision};
+use super::writer::AuditLog;
+use crate::error::{GatewayError, Result};
+use crate::governance::Governance;
+
+/// The action of a completion record.
+pub const END: &str = "end";
+
+/// A call being audited.
+#[derive(Debug)]
+pub struct CallAudit {
+    log: Arc<AuditLog>,
+    record: AuditRecord,
+    started: Instant,
+}
+
+impl CallAudit {
+    /// The audit of a call by an authenticated `principal`.
+    pub fn new(
+        log: &Arc<AuditLog>,
+        governance: &Governance,
+        principal: &Principal,
+        client_addr: Option<SocketAddr>,
+        action: &str,
+    ) -> Self {
+        let mirror = governance.mirror();
+        Self {
+            log: Arc::clone(log),
+            record: AuditRecord {
+                query_id: new_query_id(),
+                principal: principal.name.clone(),
+                principal_id: principal.id,
+                activated_roles: mirror.activated_roles(principal).into_iter().collect(),
+                client_addr: client_addr.map(|a| a.to_string()),
+                action: action.to_owned(),
+                mirror_version: mirror.version(),
+                token_id: principal.token_id.clone(),
+                ..Default::default()
+            },
+            started: Instant::now(),
+        }
+    }
+
+    /// The audit of a call that did not authenticate.
+    pub fn anonymous(log: &Arc<AuditLog>, client_addr: Option<SocketAddr>, action: &str) -> Self {
+        Self {
+            log: Arc::clone(log),
+            record: AuditRecord {
+                query_id: new_query_id(),
+                client_addr: client_addr.map(|a| a.to_string()),
+                action: action.to_owned(),
+                ..Default::default()
+            },
+            started: Instant::now(),
+        }
+    }
+
+    pub fn set_action(&mut self, action: &str) {
+        self.record.action = action.to_owned();
+    }
+
+    pub fn set_table(&mut self, table: &TableName) {
+        self.record.table = Some(table.to_string());
+        self.record.tiers = vec!["hot".to_owned()];
+    }
+
+    /// Keeps only a digest of the request (a ticket, a descriptor, a body): literal
+    /// values in filters must not be copied into the audit log.
+    pub fn set_request(&mut self, bytes: &[u8]) {
+        self.record.query_digest = Some(query_digest(bytes));
+    }
+
+    pub fn set_columns_requested(&mut self, columns: &[String]) {
+        self.record.columns_requested = columns.to_vec();
+    }
+
+    /// The policies the caller's view applies and the columns the response carries.
+    pub fn set_view(&mut self, view: &SecureView, returned: &Schema) {
+        self.record.policies = view.applied().iter().map(|p| p.to_string()).collect();
+        self.record.columns_returned = returned.fields().iter().map(|f| f.name().clone()).collect();
+    }
+
+    pub fn query_id(&self) -> &str {
+        &self.record.query_id
+    }
+
+    /// Writes the allow record and waits until it is durable: nothing may be returned
+    /// before. Fails closed with `Unavailable`.
+    pub async fn allow(self) -> Result<Completion> {
+        let mut record = self.record.clone();
+        record.decision = Some(Decision::Allow);
+        self.log.append(record).await?.durable().await?;
+        Ok(Completion {
+            log: self.log,
+            base: self.record,
+            started: self.started,
+            rows: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            failure: Mutex::new(None),
+        })
+    }
+
+    /// Writes the allow record of a call that returns nothing but the answer it has
+    /// already computed (FlightInfo, admin changes), synced before the answer leaves.
+    pub async fn allow_once(self) -> Result<()> {
+        let mut record = self.record;
+        record.decision = Some(Decision::Allow);
+        record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
+        self.log.append(record).await?.durable().await?;
+        Ok(())
+    }
+
+    /// Writes a deny record with the reason, without waiting.
+    pub fn deny(self, error: &GatewayError) {
+        let mut record = self.record;
+        record.decision = Some(Decision::Deny);
+        record.reason = Some(audit_reason(error));
+        record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
+        self.log.append_detached(record);
+    }
+}
+
+/// What the audit says of an error. Invalid requests are named only by their kind: a
+/// parse error may quote a filter's literals, which must stay out of the log.
+fn audit_reason(error: &GatewayError) -> String {
+    match error {
+        GatewayError::InvalidArgument(_) => {
+            "invalid_argument: the request was malformed (details withheld; see query_digest)"
+                .to_owned()
+        }
+        e => format!("{}: {e}", e.code()),
+    }
+}
+
+/// An allowed stream's completion record, written when the last handle is dropped.
+#[derive(Debug)]
+pub struct Completion {
+    log: Arc<AuditLog>,
+    base: AuditRecord,
+    started: Instant,
+    rows: AtomicU64,
+    bytes: AtomicU64,
+    failure: Mutex<Option<String>>,
+}
+
+impl Completion {
+    pub fn query_id(&self) -> &str {
+        &self.base.query_id
+    }
+
+    pub fn add_rows(&self, rows: u64) {
+        self.rows.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    pub fn add_bytes(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Marks the stream as broken by `error` (the first error is kept).
+    pub fn failed(&self, error: &str) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert_with(|| error.to_owned());
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        let mut record = std::mem::take(&mut self.base);
+        record.action = END.to_owned();
+        record.decision = Some(Decision::Allow);
+        record.rows = Some(self.rows.load(Ordering::Relaxed));
+        record.bytes = Some(self.bytes.load(Ordering::Relaxed));
+        record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
+        record.reason = Some(
+            match self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                Some(e) => format!("broken: {e}"),
+                None => "completed".to_owned(),
+            },
+        );
+        self.log.append_detached(record);
+    }
+}
+
+fn new_query_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+/// SHA-256 (hex) of the request in a normal form: JSON with object keys sorted and no
+/// whitespace when it parses as JSON, the raw bytes otherwise.
+pub fn query_digest(bytes: &[u8]) -> String {
+    let normal = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .map(|v| sorted(v).to_string().into_bytes());
+    hex::encode(Sha256::digest(normal.as_deref().unwrap_or(bytes)))
+}
+
+fn sorted(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_ignore_key_order_and_spacing_but_not_values() {
+        let a = query_digest(br#"{"table":"s.t","filter":"ssn = '123'"}"#);
+        let b = query_digest(br#"{ "filter": "ssn = '123'", "table": "s.t" }"#);
+        let c = query_digest(br#"{"table":"s.t","filter":"ssn = '124'"}"#);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 64);
+        assert!(!a.contains("123"));
+    }
+
+    #[test]
+    fn invalid_requests_are_audited_without_their_text() {
+        let e = GatewayError::InvalidArgument("filter: cannot parse ssn = '123-45'".into());
+        assert!(!audit_reason(&e).contains("123"));
+        let e = GatewayError::PermissionDenied("TABLE_READ_DATA on sales.orders".into());
+        assert_eq!(
+            audit_reason(&e),
+            "permission_denied: TABLE_READ_DATA on sales.orders"
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Appending audit records to `_system.audit`, in chain order, with periodic signed
+//! checkpoints.
+//!
+//! Sealing a record (giving it seq and hashes) and queueing it in the log happen under
+//! one lock, so storage order is chain order. The wait for durability happens outside
+//! the lock, so concurrent callers share group commits instead of paying one sync each.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_schema::SchemaRef;
+use hotgate_store::{HotTable, PendingAppend, ScanRequest, Store};
+use tokio::sync::{Mutex, watch};
+
+use super::chain::{AuditRecord, Chain, CheckpointKey};
+use super::table::{audit_table_name, audit_table_spec, format_time, from_batch, to_batch};
+use crate::config::AuditConfig;
+use crate::error::{GatewayError, Result};
+
+/// The writer of the audit log.
+pub struct AuditLog {
+    /// `None` when auditing is switched off (benchmarks only).
+    table: Option<Arc<HotTable>>,
+    key: CheckpointKey,
+    checkpoint_every: u64,
+    state: Mutex<WriterState>,
+    /// One clone per detached write still running; [`AuditLog::flush`] waits for them.
+    detached: Arc<()>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("enabled", &self.table.is_some())
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+struct WriterState {
+    chain: Chain,
+    /// Record times never go backwards, so day partitions follow chain order.
+    last_micros: i64,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+}
+
+/// A record queued in the audit log; [`PendingRecord::durable`] waits for its sync.
+#[must_use = "a record that authorizes a read must be awaited before data leaves"]
+#[derive(Debug)]
+pub struct PendingRecord {
+    pending: Option<PendingAppend>,
+    pub seq: u64,
+}
+
+impl PendingRecord {
+    pub async fn durable(self) -> Result<u64> {
+        if let Some(p) = self.pending {
+            p.durable().await.map_err(|e| unavailable(&e.to_string()))?;
+        }
+        Ok(self.seq)
+    }
+}
+
+fn unavailable(detail: &str) -> GatewayError {
+    GatewayError::Unavailable(format!(
+        "the audit log cannot be written ({detail}); the call is refused because it could not be audited"
+    ))
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+impl AuditLog {
+    /// Opens (creating on first start) `_system.audit` and resumes the chain after its
+    /// last record.
+    pub async fn open(store: &Store, config: &AuditConfig, key: CheckpointKey) -> Result<Self> {
+        let mut state = WriterState {
+            chain: Chain::default(),
+            last_micros: i64::MIN,
+            since_checkpoint: 0,
+            last_checkpoint: Instant::now(),
+        };
+        if !config.enabled {
+            tracing::warn!(
+                "auditing is OFF (audit.enabled = false): reads are not recorded; \
+                 this setting exists for benchmarks only"
+            );
+            return Ok(Self {
+                table: None,
+                key,
+                checkpoint_every: config.checkpoint_every,
+                state: Mutex::new(state),
+                detached: Arc::new(()),
+            });
+        }
+        let name = audit_table_name();
+        let table = match store.table(&name) {
+            Ok(t) => t,
+            Err(_) => {
+                store
+                    .create_table(audit_table_spec(config.hot_retention))
+                    .await?
+            }
+        };
+        if let Some(last) = last_record(&table)? {
+            state.last_micros = chrono::DateTime::parse_from_rfc3339(&last.time)
+                .map(|t| t.timestamp_micros())
+                .unwrap_or(i64::MIN);
+            tracing::info!(seq = last.seq, "audit chain resumed");
+            state.chain = Chain::resume(&last);
+        }
+        Ok(Self {
+            table: Some(table),
+            key,
+            checkpoint_every: config.checkpoint_every.max(1),
+            state: Mutex::new(state),
+            detached: Arc::new(()),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.table.is_some()
+    }
+
+    pub fn public_key_hex(&self) -> String {
+        self.key.public_hex()
+    }
+
+    /// The audit table, when auditing is on.
+    pub fn table(&self) -> Option<&Arc<HotTable>> {
+        self.table.as_ref()
+    }
+
+    /// Seals `record` and queues it (with a checkpoint after it, when one is due). The
+    /// returned handle waits for its sync. If the record cannot be queued, nothing of it
+    /// is in the chain and the error is `Unavailable`.
+    pub async fn append(&self, record: AuditRecord) -> Result<PendingRecord> {
+        let Some(table) = &self.table else {
+            return Ok(PendingRecord {
+                pending: None,
+                seq: 0,
+            });
+        };
+        fail::fail_point!("audit-append", |_| Err(unavailable("injected fault")));
+        let mut state = self.state.lock().await;
+        let due = state.since_checkpoint + 1 >= self.checkpoint_every;
+        self.queue(table, &mut state, record, due).await
+    }
+
+    /// Queues a checkpoint now if records were written since the last one.
+    pub async fn checkpoint(&self) -> Result<()> {
+        let Some(table) = &self.table else {
+            return Ok(());
+        };
+        let mut state = self.state.lock().await;
+        if state.since_checkpoint == 0 {
+            return Ok(());
+        }
+        let pending = self.queue_checkpoint(table, &mut state).await?;
+        drop(state);
+        pending.durable().await.map(|_| ())
+    }
+
+    async fn queue(
+        &self,
+        table: &Arc<HotTable>,
+        state: &mut WriterState,
+        mut record: AuditRecord,
+        with_checkpoint: bool,
+    ) -> Result<PendingRecord> {
+        let before = (state.chain.clone(), state.last_micros);
+        let micros = now_micros().max(state.last_micros);
+        record.time = format_time(micros);
+        let sealed = state.chain.seal(record);
+        let seq = sealed.seq;
+        let mut rows = vec![sealed];
+        if with_checkpoint {
+            rows.push(state.chain.checkpoint(&self.key, format_time(micros)));
+        }
+        match write_rows(table.def().stored_schema(), table, &rows).await {
+            Ok(pending) => {
+                state.last_micros = micros;
+                if with_checkpoint {
+                    state.since_checkpoint = 0;
+                    state.last_checkpoint = Instant::now();
+                } else {
+                    state.since_checkpoint += 1;
+                }
+                Ok(PendingRecord {
+                    pending: Some(pending),
+                    seq,
+                })
+            }
+            Err(e) => {
+                // Nothing was queued: the chain continues from where it was.
+                (state.chain, state.last_micros) = before;
+                Err(e)
+            }
+        }
+    }
+
+    async fn queue_checkpoint(
+        &self,
+        table: &Arc<HotTable>,
+        state: &mut WriterState,
+    ) -> Result<PendingRecord> {
+        let before = state.chain.clone();
+        let micros = now_micros().max(state.last_micros);
+        let record = state.chain.checkpoint(&self.key, format_time(micros));
+        let seq = record.seq;
+        match write_rows(table.def().stored_schema(), table, &[record]).await {
+            Ok(pending) => {
+                state.last_micros = micros;
+                state.since_checkpoint = 0;
+                state.last_checkpoint = Instant::now();
+                Ok(PendingRecord {
+                    pending: Some(pending),
+                    seq,
+                })
+            }
+            Err(e) => {
+                state.chain = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// Seals and queues a record without waiting for its sync: for records nothing
+    /// waits on (denials, completions). A failure is logged.
+    pub fn append_detached(self: &Arc<Self>, record: AuditRecord) {
+        if !self.enabled() {
+            return;
+        }
+        let log = Arc::clone(self);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!(action = %record.action, "audit record lost: no runtime to write it");
+            return;
+        };
+        let running = Arc::clone(&self.detached);
+        runtime.spawn(async move {
+            let _running = running;
+            let action = record.action.clone();
+            let written = match log.append(record).await {
+                Ok(p) => p.durable().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::error!(%action, "audit record not written: {e}");
+            }
+        });
+    }
+
+    /// Waits (up to 5 s) for detached records still being written, as at shutdown.
+    pub async fn flush(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&self.detached) > 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Writes a checkpoint every `interval` when records arrived since the last one.
+    pub fn spawn_checkpoints(self: &Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+        if !self.enabled() || interval.is_zero() {
+            return;
+        }
+        let log = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+                let stale = log.state.lock().await.last_checkpoint.elapsed() >= interval;
+                if stale && let Err(e) = log.checkpoint().await {
+                    tracing::error!("audit checkpoint not written: {e}");
+                }
+            }
+        });
+    }
+}
+
+async fn write_rows(
+    schema: &SchemaRef,
+    table: &Arc<HotTable>,
+    rows: &[AuditRecord],
+) -> Result<PendingAppend> {
+    let batch = to_batch(schema, rows).map_err(|e| unavailable(&e))?;
+    table
+        .begin_append(&batch)
+        .await
+        .map_err(|e| unavailable(&e.to_string()))
+}
+
+/// The last record in storage order, if any.
+fn last_record(table: &HotTable) -> Result<Option<AuditRecord>> {
+    let ends = table.end_offsets();
+    let mut logs: Vec<_> = ends.iter().filter(|(_, end)| **end > 0).collect();
+    logs.sort();
+    let Some((log, end)) = logs.last() else {
+        return Ok(None);
+    };
+    let request = ScanRequest {
+        logs: Some(vec![**log]),
+        start_offsets: [(**log, **end - 1)].into(),
+        end_offsets: [(**log, **end)].into(),
+        ..Default::default()
+    };
+    let mut last = None;
+    for item in table.scan(&request)? {
+        let records = from_batch(&item?.batch).map_err(|e| {
+            GatewayError::Internal(format!("the last audit record is unreadable: {e}"))
+        })?;
+        last = records.into_iter().last().or(last);
+    }
+    Ok(last)
+}
