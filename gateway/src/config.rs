@@ -236,18 +236,16 @@ impl Config {
                 "GRANTS_POLARIS_TOKEN" => self.grants.polaris_token = Some(value),
                 "HASH_KEY_FILE" => self.hash_key_file = Some(PathBuf::from(value)),
                 "AUDIT_ENABLED" => {
-                    self.audit.enabled = value.parse().map_err(|_| {
-                        ConfigError(format!("{key}={value:?}: use true or false"))
-                    })?
+                    self.audit.enabled = value
+                        .parse()
+                        .map_err(|_| ConfigError(format!("{key}={value:?}: use true or false")))?
                 }
                 "AUDIT_CHECKPOINT_EVERY" => {
-                    self.audit.checkpoint_every = value.parse().map_err(|_| {
-                        ConfigError(format!("{key}={value:?} is not a count"))
-                    })?
+                    self.audit.checkpoint_every = value
+                        .parse()
+                        .map_err(|_| ConfigError(format!("{key}={value:?} is not a count")))?
                 }
-                "AUDIT_CHECKPOINT_INTERVAL" => {
-                    self.audit.checkpoint_interval = duration(&value)?
-                }
+                "AUDIT_CHECKPOINT_INTERVAL" => self.audit.checkpoint_interval = duration(&value)?,
                 "AUDIT_KEY_FILE" => self.audit.key_file = Some(PathBuf::from(value)),
                 _ => {
                     return Err(ConfigError(format!(

@@ -123,8 +123,13 @@ impl HotgateFlight {
                     principal: principal.clone(),
                     table: Arc::clone(&table),
                 };
-                let (schema, stream) =
-                    changelog(table, Arc::clone(&view), c, recheck, self.state.shutdown.clone())?;
+                let (schema, stream) = changelog(
+                    table,
+                    Arc::clone(&view),
+                    c,
+                    recheck,
+                    self.state.shutdown.clone(),
+                )?;
                 (schema, stream, "changelog")
             }
             Command::Lookup { table } => return Err(lookup_unsupported(&table)),
@@ -142,11 +147,10 @@ impl HotgateFlight {
         let ticket = request.into_inner().ticket;
         audit.set_request(&ticket);
         let started = Instant::now();
-        let (schema, batches, kind) = match self.open_read(&principal, &ticket, &mut audit).await
-        {
+        let (schema, batches, kind) = match self.open_read(&principal, &ticket, &mut audit).await {
             Ok(opened) => opened,
             Err(e) => {
-                audit.deny(&e);
+                audit.deny(&e).await;
                 return Err(e);
             }
         };
@@ -157,8 +161,13 @@ impl HotgateFlight {
             started,
         };
         let errors = self.state.metrics.errors.clone();
-        let counted = Arc::clone(&completion);
-        let batches = batches.inspect_ok(move |b| counted.add_rows(b.num_rows() as u64));
+        let (counted, ended) = (Arc::clone(&completion), Arc::clone(&completion));
+        let batches = batches
+            .inspect_ok(move |b| counted.add_rows(b.num_rows() as u64))
+            .chain(
+                futures::stream::once(async move { ended.finished() })
+                    .filter_map(|()| async { None::<Result<RecordBatch>> }),
+            );
         let encoded = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches.map_err(|e| FlightError::ExternalError(Box::new(e))))
@@ -166,13 +175,18 @@ impl HotgateFlight {
                 let _ = &timer; // observed when the stream is dropped
                 match item {
                     Ok(data) => {
-                        completion.add_bytes((data.data_header.len() + data.data_body.len()) as u64);
+                        completion
+                            .add_bytes((data.data_header.len() + data.data_body.len()) as u64);
                         Ok(data)
                     }
                     Err(e) => {
                         let status = flight_error_to_status(e);
                         errors.with_label_values(&[code_name(status.code())]).inc();
-                        completion.failed(&format!("{}: {}", code_name(status.code()), status.message()));
+                        completion.failed(&format!(
+                            "{}: {}",
+                            code_name(status.code()),
+                            status.message()
+                        ));
                         Err(status)
                     }
                 }
@@ -210,13 +224,16 @@ impl HotgateFlight {
         mut audit: CallAudit,
     ) -> Result<FlightInfo> {
         audit.set_request(&descriptor_bytes(&descriptor));
-        match self.flight_info_inner(principal, descriptor, &mut audit).await {
+        match self
+            .flight_info_inner(principal, descriptor, &mut audit)
+            .await
+        {
             Ok(info) => {
                 audit.allow_once().await?;
                 Ok(info)
             }
             Err(e) => {
-                audit.deny(&e);
+                audit.deny(&e).await;
                 Err(e)
             }
         }
@@ -289,7 +306,7 @@ impl HotgateFlight {
         let (table, first, input) = match self.open_write(&principal, input, &mut audit).await {
             Ok(opened) => opened,
             Err(e) => {
-                audit.deny(&e);
+                audit.deny(&e).await;
                 return Err(e);
             }
         };
@@ -411,6 +428,7 @@ impl HotgateFlight {
                     break;
                 }
             }
+            completion.finished();
             if let Some(e) = failure {
                 metrics.errors.with_label_values(&[e.code()]).inc();
                 completion.failed(&format!("{}: {e}", e.code()));

@@ -79,15 +79,21 @@ fn principal(state: &GatewayState, headers: &HeaderMap) -> Result<Principal> {
 
 /// Authenticates the caller and runs `check`, recording a denial if either fails.
 /// Returns the principal and the call's audit, for the handler to complete.
-fn audited(
+async fn audited(
     state: &Arc<GatewayState>,
     caller: &Caller,
     action: &str,
     check: impl FnOnce(&Principal) -> Result<()>,
 ) -> Result<(Principal, CallAudit)> {
-    let principal = principal(state, &caller.headers).inspect_err(|e| {
-        CallAudit::anonymous(&state.audit, caller.addr, action).deny(e);
-    })?;
+    let principal = match principal(state, &caller.headers) {
+        Ok(p) => p,
+        Err(e) => {
+            CallAudit::anonymous(&state.audit, caller.addr, action)
+                .deny(&e)
+                .await;
+            return Err(e);
+        }
+    };
     let audit = CallAudit::new(
         &state.audit,
         &state.governance,
@@ -98,7 +104,7 @@ fn audited(
     match check(&principal) {
         Ok(()) => Ok((principal, audit)),
         Err(e) => {
-            audit.deny(&e);
+            audit.deny(&e).await;
             Err(e)
         }
     }
@@ -155,7 +161,8 @@ async fn create_table(
             Privilege::TableCreate,
             &Resource::Namespace(vec![parsed.namespace().to_owned()]),
         )
-    })?;
+    })
+    .await?;
     let (Some(name), Ok(Json(spec))) = (name, body) else {
         return Err(GatewayError::Internal("the checked body is gone".into()));
     };
@@ -171,7 +178,7 @@ async fn list_tables(
     State(state): State<Arc<GatewayState>>,
     caller: Caller,
 ) -> Result<impl IntoResponse> {
-    let (principal, audit) = audited(&state, &caller, "list_tables", |_| Ok(()))?;
+    let (principal, audit) = audited(&state, &caller, "list_tables", |_| Ok(())).await?;
     audit.allow_once().await?;
     let tables: Vec<serde_json::Value> = state
         .store
@@ -200,7 +207,8 @@ async fn get_table(
         state
             .governance
             .authorize_table(principal, Privilege::TableList, &parsed)
-    })?;
+    })
+    .await?;
     let name = name.ok_or_else(|| GatewayError::Internal("the checked name is gone".into()))?;
     audit.set_table(&name);
     audit.allow_once().await?;
@@ -217,10 +225,13 @@ async fn admin(
     request: Option<&[u8]>,
 ) -> Result<Principal> {
     let (principal, mut audit) = audited(state, caller, action, |principal| {
-        state
-            .governance
-            .authorize(principal, Privilege::CatalogManageAccess, &Resource::Catalog)
-    })?;
+        state.governance.authorize(
+            principal,
+            Privilege::CatalogManageAccess,
+            &Resource::Catalog,
+        )
+    })
+    .await?;
     if let Some(bytes) = request {
         audit.set_request(bytes);
     }
@@ -297,7 +308,10 @@ async fn create_policy(
     body: std::result::Result<Json<DataPolicy>, JsonRejection>,
 ) -> Result<impl IntoResponse> {
     let policy = policy_body(body);
-    let bytes = policy.as_ref().ok().and_then(|p| serde_json::to_vec(p).ok());
+    let bytes = policy
+        .as_ref()
+        .ok()
+        .and_then(|p| serde_json::to_vec(p).ok());
     let principal = admin(&state, &caller, "create_policy", bytes.as_deref()).await?;
     let policy = policy?;
     let id = policy.id.clone();
@@ -349,7 +363,10 @@ async fn replace_policy(
     body: std::result::Result<Json<DataPolicy>, JsonRejection>,
 ) -> Result<impl IntoResponse> {
     let policy = policy_body(body);
-    let bytes = policy.as_ref().ok().and_then(|p| serde_json::to_vec(p).ok());
+    let bytes = policy
+        .as_ref()
+        .ok()
+        .and_then(|p| serde_json::to_vec(p).ok());
     let principal = admin(&state, &caller, "replace_policy", bytes.as_deref()).await?;
     let policy = policy?;
     if state.governance.policies().get(&id).is_none() {
@@ -386,7 +403,7 @@ async fn delete_policy(
 }
 
 /// Authorizes a read of `_system.audit` and opens it with the caller's view.
-fn audit_reader(
+async fn audit_reader(
     state: &Arc<GatewayState>,
     caller: &Caller,
     action: &str,
@@ -403,7 +420,8 @@ fn audit_reader(
         let view = state.governance.view(principal, &table)?;
         opened = Some((table, view));
         Ok(())
-    })?;
+    })
+    .await?;
     audit.set_table(&name);
     let (table, view) =
         opened.ok_or_else(|| GatewayError::Internal("the opened audit table is gone".into()))?;
@@ -416,26 +434,28 @@ async fn audit_records(
     caller: Caller,
     query: std::result::Result<Query<AuditQuery>, QueryRejection>,
 ) -> Result<impl IntoResponse> {
-    let (table, view, mut audit) = audit_reader(&state, &caller, "audit_query")?;
+    let (table, view, mut audit) = audit_reader(&state, &caller, "audit_query").await?;
     let query = match query {
         Ok(Query(q)) => q,
         Err(e) => {
             let e = GatewayError::InvalidArgument(e.body_text());
-            audit.deny(&e);
+            audit.deny(&e).await;
             return Err(e);
         }
     };
     audit.set_request(&serde_json::to_vec(&query).unwrap_or_default());
     audit.set_view(&view, view.schema());
-    let page = match query_audit(table, &view, &query).await {
+    let mut page = match query_audit(table, &view, &query).await {
         Ok(page) => page,
         Err(e) => {
-            audit.deny(&e);
+            audit.deny(&e).await;
             return Err(e);
         }
     };
+    page.query_id = audit.query_id().to_owned();
     let completion = audit.allow().await?;
     completion.add_rows(page.records.len() as u64);
+    completion.finished();
     Ok(Json(page))
 }
 
@@ -445,15 +465,14 @@ async fn audit_verify(
     State(state): State<Arc<GatewayState>>,
     caller: Caller,
 ) -> Result<impl IntoResponse> {
-    let (table, _, audit) = audit_reader(&state, &caller, "audit_verify")?;
+    let (table, _, audit) = audit_reader(&state, &caller, "audit_verify").await?;
     audit.allow_once().await?;
     // Bounded by what is durable now; the records this call just wrote are included.
     let ends = table.end_offsets();
     let root = state.store.root().to_path_buf();
     let key = state.audit.public_key_hex();
-    let report =
-        tokio::task::spawn_blocking(move || verify_audit_log(&root, &key, Some(&ends)))
-            .await
-            .map_err(|e| GatewayError::Internal(e.to_string()))??;
+    let report = tokio::task::spawn_blocking(move || verify_audit_log(&root, &key, Some(&ends)))
+        .await
+        .map_err(|e| GatewayError::Internal(e.to_string()))??;
     Ok(Json(report))
 }

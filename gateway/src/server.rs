@@ -121,8 +121,8 @@ pub async fn run(
     let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
     let authn = Arc::new(Authenticator::new(validator(&config).await?));
     let governance = Arc::new(Governance::open(&config).await?);
-    let audit_key = CheckpointKey::load_or_create(&config.audit_key_path())
-        .map_err(GatewayError::Internal)?;
+    let audit_key =
+        CheckpointKey::load_or_create(&config.audit_key_path()).map_err(GatewayError::Internal)?;
     let audit = Arc::new(AuditLog::open(&store, &config.audit, audit_key).await?);
     tracing::info!(
         source = %governance.status().source,
@@ -170,7 +170,7 @@ pub async fn run(
                 Err(e) => {
                     let action = "authenticate";
                     CallAudit::anonymous(&interceptor_audit, request.remote_addr(), action)
-                        .deny(&e);
+                        .deny_detached(&e);
                     return Err(e.into());
                 }
             };
@@ -193,10 +193,10 @@ pub async fn run(
             crate::http::router(Arc::clone(&state))
                 .into_make_service_with_connect_info::<SocketAddr>(),
         )
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            })
-            .into_future(),
+        .with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        })
+        .into_future(),
     );
     tracing::info!(
         flight = %config.flight_addr,

@@ -129,7 +129,13 @@ impl GrantResource {
             }
             Ok(ns.iter().map(|s| escape(s)).collect::<Vec<_>>().join("/"))
         };
-        let catalog = escape(catalog);
+        let namespace = match self {
+            GrantResource::Catalog { .. } => None,
+            GrantResource::Namespace { namespace, .. }
+            | GrantResource::Table { namespace, .. }
+            | GrantResource::View { namespace, .. } => Some(namespace.as_slice()),
+        };
+        let catalog = root(catalog, namespace.unwrap_or_default());
         Ok(match self {
             GrantResource::Catalog { .. } => format!("{catalog}/*"),
             GrantResource::Namespace { namespace, .. } => {
@@ -147,6 +153,22 @@ impl GrantResource {
                 ..
             } => format!("{catalog}/{}/{}#view", path(namespace)?, escape(view_name)),
         })
+    }
+}
+
+/// hotgate's own namespace (`_system`, holding the audit log). Catalog-wide grants do
+/// not reach it: reading `_system.audit` takes a grant on namespace `_system` or on the
+/// table itself, so that managing content does not imply reading the audit trail.
+pub const SYSTEM_NAMESPACE: &str = "_system";
+
+/// The path root of a resource: `_system` lives under its own root, which no catalog
+/// pattern (`catalog/*`) matches. `#` cannot occur in an escaped name.
+fn root(catalog: &str, namespace: &[String]) -> String {
+    let catalog = escape(catalog);
+    if namespace.first().is_some_and(|n| n == SYSTEM_NAMESPACE) {
+        format!("{catalog}#system")
+    } else {
+        catalog
     }
 }
 
@@ -179,7 +201,10 @@ impl Resource {
 
     fn object(&self, catalog: &str) -> String {
         let ns = |n: &[String]| n.iter().map(|s| escape(s)).collect::<Vec<_>>().join("/");
-        let catalog = escape(catalog);
+        let catalog = match self {
+            Resource::Catalog => escape(catalog),
+            Resource::Namespace(n) | Resource::Table { namespace: n, .. } => root(catalog, n),
+        };
         match self {
             // Containers end in `/` so that `x/*` covers `x/` itself.
             Resource::Catalog => format!("{catalog}/"),
@@ -494,6 +519,11 @@ impl GrantsMirror {
                         GrantResource::Catalog {
                             privilege: Privilege::CatalogManageAccess.as_str().to_owned(),
                         },
+                        // Catalog grants do not reach _system; the admin reads the audit.
+                        GrantResource::Namespace {
+                            namespace: vec![SYSTEM_NAMESPACE.to_owned()],
+                            privilege: Privilege::TableReadData.as_str().to_owned(),
+                        },
                     ],
                 }],
             }],
@@ -695,6 +725,46 @@ mod tests {
             .check(&alice_analyst, Privilege::TableWriteData, &orders)
             .unwrap_err();
         assert!(e.to_string().contains("TABLE_WRITE_DATA"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn catalog_grants_do_not_reach_the_system_namespace() {
+        let d = doc(serde_json::json!({
+            "catalogs":[{"name":"hotgate","catalogRoles":[
+                {"name":"content","principalRoles":["engineer"],
+                 "grants":[{"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"}]},
+                {"name":"auditor","principalRoles":["auditor"],
+                 "grants":[{"type":"table","namespace":["_system"],"tableName":"audit","privilege":"TABLE_READ_DATA"}]}]}],
+            "principalRoles":[{"name":"engineer","principals":["eve"]},{"name":"auditor","principals":["ann"]}]}));
+        let m = GrantsMirror::build(d, "hotgate", 1).await.unwrap();
+        let audit = Resource::table(SYSTEM_NAMESPACE, "audit");
+        let eve = principal("eve", ActivatedRoles::All);
+        let ann = principal("ann", ActivatedRoles::All);
+        assert!(
+            m.check(
+                &eve,
+                Privilege::TableReadData,
+                &Resource::table("sales", "t")
+            )
+            .is_ok()
+        );
+        assert!(m.check(&eve, Privilege::TableReadData, &audit).is_err());
+        assert!(m.check(&ann, Privilege::TableReadData, &audit).is_ok());
+        assert!(m.check(&ann, Privilege::TableWriteData, &audit).is_err());
+        assert!(
+            m.check(
+                &ann,
+                Privilege::TableReadData,
+                &Resource::table("sales", "t")
+            )
+            .is_err()
+        );
+        // The bootstrap admin holds read on _system explicitly.
+        let boot = GrantsMirror::build(GrantsMirror::bootstrap_document("hotgate"), "hotgate", 1)
+            .await
+            .unwrap();
+        let root = principal(BOOTSTRAP_PRINCIPAL, ActivatedRoles::All);
+        assert!(boot.check(&root, Privilege::TableReadData, &audit).is_ok());
     }
 
     #[tokio::test]

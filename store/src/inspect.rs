@@ -26,6 +26,10 @@ pub enum InspectedFrame {
     /// An intact frame: its CRC holds and its rows decode.
     Rows {
         log: LogId,
+        segment: PathBuf,
+        /// Where the frame starts in the segment, and its length with the header.
+        position: u64,
+        len: u64,
         offsets: Range<u64>,
         batch: RecordBatch,
     },
@@ -152,6 +156,9 @@ fn inspect_log(
                 Ok(batch) if batch.num_rows() == meta.record_count as usize => {
                     out.push(InspectedFrame::Rows {
                         log: id,
+                        segment: path.clone(),
+                        position: pos,
+                        len: meta.frame_len(),
                         offsets,
                         batch,
                     })

@@ -28,8 +28,8 @@ mod validate;
 
 pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
-pub use inspect::{InspectedFrame, inspect_table};
 pub use hot_table::{AppendResult, AppendedPart, HotTable, PendingAppend, RetentionReport};
+pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};

@@ -3,7 +3,7 @@
 //! completion record with rows, bytes and duration when the stream ends or breaks.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -111,6 +111,7 @@ impl CallAudit {
             rows: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             failure: Mutex::new(None),
+            finished: AtomicBool::new(false),
         })
     }
 
@@ -124,13 +125,32 @@ impl CallAudit {
         Ok(())
     }
 
-    /// Writes a deny record with the reason, without waiting.
-    pub fn deny(self, error: &GatewayError) {
+    /// Writes a deny record with the reason and waits until it is durable, so a denial
+    /// is on record before the caller hears of it. If it cannot be written, that is
+    /// logged; the call is refused either way.
+    pub async fn deny(self, error: &GatewayError) {
+        let (log, record) = self.deny_record(error);
+        let written = match log.append(record).await {
+            Ok(pending) => pending.durable().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::error!("denial not audited: {e}");
+        }
+    }
+
+    /// [`CallAudit::deny`] without waiting, where the caller cannot (an interceptor).
+    pub fn deny_detached(self, error: &GatewayError) {
+        let (log, record) = self.deny_record(error);
+        log.append_detached(record);
+    }
+
+    fn deny_record(self, error: &GatewayError) -> (Arc<AuditLog>, AuditRecord) {
         let mut record = self.record;
         record.decision = Some(Decision::Deny);
         record.reason = Some(audit_reason(error));
         record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
-        self.log.append_detached(record);
+        (self.log, record)
     }
 }
 
@@ -155,9 +175,16 @@ pub struct Completion {
     rows: AtomicU64,
     bytes: AtomicU64,
     failure: Mutex<Option<String>>,
+    finished: AtomicBool,
 }
 
 impl Completion {
+    /// Marks the stream as having reached its end; a stream dropped before that was
+    /// cancelled by the caller.
+    pub fn finished(&self) {
+        self.finished.store(true, Ordering::Relaxed);
+    }
+
     pub fn query_id(&self) -> &str {
         &self.base.query_id
     }
@@ -193,7 +220,8 @@ impl Drop for Completion {
                 .take()
             {
                 Some(e) => format!("broken: {e}"),
-                None => "completed".to_owned(),
+                None if self.finished.load(Ordering::Relaxed) => "completed".to_owned(),
+                None => "cancelled by the caller".to_owned(),
             },
         );
         self.log.append_detached(record);

@@ -1,7 +1,7 @@
 //! Audit records and their hash chain.
 //!
 //! `hash = SHA-256(prev_hash || canonical bytes)`, where the canonical bytes are the
-//! record's JSON with `hash` left out and fields in declaration order. Every so often a
+//! record's JSON with `hash` and `signature` left out and fields in declaration order. Every so often a
 //! **checkpoint** record carries an Ed25519 signature over `(seq, hash)` of the record
 //! before it; the public key is published so checkpoints can be checked elsewhere.
 
@@ -56,10 +56,13 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// The bytes the hash covers: the record without its own `hash`.
+    /// The bytes the hash covers: the record without its own `hash` and without a
+    /// checkpoint's `signature`. The signature is checked on its own (it signs the
+    /// chain before it), so a damaged signature is reported as one, not as an edit.
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut unsealed = self.clone();
         unsealed.hash = String::new();
+        unsealed.signature = None;
         // A struct of plain fields always serializes.
         serde_json::to_vec(&unsealed).unwrap_or_default()
     }
@@ -393,6 +396,19 @@ mod tests {
             Some(Damage {
                 seq: 3,
                 kind: DamageKind::Reordered
+            })
+        );
+
+        // A damaged signature is named as such.
+        let mut bad_sig = good.clone();
+        let sig = bad_sig[4].signature.as_mut().unwrap();
+        let flipped = if sig.starts_with('0') { "1" } else { "0" };
+        sig.replace_range(0..1, flipped);
+        assert_eq!(
+            first(&bad_sig),
+            Some(Damage {
+                seq: 5,
+                kind: DamageKind::BadSignature
             })
         );
 

@@ -47,6 +47,8 @@ pub struct AuditPage {
     pub records: Vec<serde_json::Value>,
     /// Pass as `before_seq` for the next (older) page; absent on the last page.
     pub next_before_seq: Option<u64>,
+    /// The `query_id` of this read's own records, so a poller can leave them out.
+    pub query_id: String,
 }
 
 fn quoted(s: &str) -> String {
@@ -114,7 +116,11 @@ impl AuditQuery {
 }
 
 /// Runs `query` over the audit table through `view`.
-pub async fn query(table: Arc<HotTable>, view: &SecureView, query: &AuditQuery) -> Result<AuditPage> {
+pub async fn query(
+    table: Arc<HotTable>,
+    view: &SecureView,
+    query: &AuditQuery,
+) -> Result<AuditPage> {
     let (scan, limit) = query.scan()?;
     let mut df = plan_scan(table, view, &scan).await?;
     if view.schema().index_of("seq").is_err() {
@@ -122,7 +128,9 @@ pub async fn query(table: Arc<HotTable>, view: &SecureView, query: &AuditQuery) 
             "the policies on _system.audit hide column seq, which paging needs".into(),
         ));
     }
-    df = df.sort(vec![col("seq").sort(false, false)])?.limit(0, Some(limit + 1))?;
+    df = df
+        .sort(vec![col("seq").sort(false, false)])?
+        .limit(0, Some(limit + 1))?;
     let batches = df.collect().await?;
     let mut writer = arrow_json::ArrayWriter::new(Vec::new());
     let refs: Vec<&arrow_array::RecordBatch> = batches.iter().collect();
@@ -150,12 +158,16 @@ pub async fn query(table: Arc<HotTable>, view: &SecureView, query: &AuditQuery) 
     }
     let next_before_seq = if records.len() > limit {
         records.truncate(limit);
-        records.last().and_then(|r| r.get("seq")).and_then(|s| s.as_u64())
+        records
+            .last()
+            .and_then(|r| r.get("seq"))
+            .and_then(|s| s.as_u64())
     } else {
         None
     };
     Ok(AuditPage {
         records,
         next_before_seq,
+        query_id: String::new(),
     })
 }

@@ -112,7 +112,9 @@ fn opt_i64(v: Option<u64>) -> Option<i64> {
 /// Records as one batch in the table's stored schema.
 pub fn to_batch(schema: &SchemaRef, records: &[AuditRecord]) -> Result<RecordBatch, String> {
     let n = records.len();
-    let mut time = TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC");
+    // The stored schema's own timezone spelling, so the batch matches it exactly.
+    let mut time = TimestampMicrosecondBuilder::with_capacity(n)
+        .with_data_type(schema.field(1).data_type().clone());
     for r in records {
         time.append_value(parse_time(&r.time)?);
     }
@@ -183,9 +185,8 @@ pub fn from_batch(batch: &RecordBatch) -> Result<Vec<AuditRecord>, String> {
             .ok_or_else(|| format!("audit column {name:?} is not a long"))?;
         Ok(a.iter().collect())
     };
-    let required = |name: &str, v: Option<String>| {
-        v.ok_or_else(|| format!("audit column {name:?} is null"))
-    };
+    let required =
+        |name: &str, v: Option<String>| v.ok_or_else(|| format!("audit column {name:?} is null"));
     let list = |name: &str, v: Option<String>| -> Result<Vec<String>, String> {
         serde_json::from_str(&required(name, v)?)
             .map_err(|e| format!("audit column {name:?} is not a JSON list: {e}"))
@@ -241,8 +242,14 @@ pub fn from_batch(batch: &RecordBatch) -> Result<Vec<AuditRecord>, String> {
         "hash",
     ]
     .map(strings);
-    let (seq, principal_id, mirror_version, rows, bytes, duration_ms) =
-        (seq?, principal_id?, mirror_version?, rows?, bytes?, duration_ms?);
+    let (seq, principal_id, mirror_version, rows, bytes, duration_ms) = (
+        seq?,
+        principal_id?,
+        mirror_version?,
+        rows?,
+        bytes?,
+        duration_ms?,
+    );
     let mut out = Vec::with_capacity(batch.num_rows());
     let mut query_id = query_id?.into_iter();
     let mut principal = principal?.into_iter();

@@ -35,7 +35,10 @@ pub fn verify_audit_log(
     end_offsets: Option<&HashMap<LogId, u64>>,
 ) -> Result<AuditVerification> {
     let frames = inspect_table(root, &audit_table_name(), end_offsets).map_err(|e| {
-        GatewayError::NotFound(format!("cannot read the audit log under {}: {e}", root.display()))
+        GatewayError::NotFound(format!(
+            "cannot read the audit log under {}: {e}",
+            root.display()
+        ))
     })?;
     // Rows of each intact frame become records; a frame that holds bytes but no
     // readable records becomes one unreadable entry where its records should be.
@@ -47,7 +50,12 @@ pub fn verify_audit_log(
     let mut torn_tail = None;
     for frame in frames {
         match frame {
-            InspectedFrame::Rows { log, offsets, batch } => match from_batch(&batch) {
+            InspectedFrame::Rows {
+                log,
+                offsets,
+                batch,
+                ..
+            } => match from_batch(&batch) {
                 Ok(records) => entries.push(Entry::Records(records)),
                 Err(e) => entries.push(Entry::Unreadable(format!(
                     "log {log} offsets {}..{}: {e}",

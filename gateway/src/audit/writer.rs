@@ -261,7 +261,11 @@ impl AuditLog {
     }
 
     /// Writes a checkpoint every `interval` when records arrived since the last one.
-    pub fn spawn_checkpoints(self: &Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    pub fn spawn_checkpoints(
+        self: &Arc<Self>,
+        interval: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
         if !self.enabled() || interval.is_zero() {
             return;
         }

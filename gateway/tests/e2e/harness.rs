@@ -155,7 +155,8 @@ impl Drop for Server {
 
 /// Grants for tests that are not about authorization: principals alice, ingest, py and
 /// bob hold CATALOG_MANAGE_CONTENT on the catalog (through principal roles `writer` and
-/// `analyst`); root / admin is the bootstrap administrator.
+/// `analyst`); root / admin is the bootstrap administrator and may read `_system`;
+/// ann / auditors may read `_system.audit` and nothing else.
 pub fn content_grants() -> serde_json::Value {
     serde_json::json!({
         "catalogs": [{"name": "hotgate", "catalogRoles": [
@@ -163,12 +164,17 @@ pub fn content_grants() -> serde_json::Value {
              "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"}]},
             {"name": "catalog_admin", "principalRoles": ["admin"],
              "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
-                        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"}]}
+                        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"},
+                        {"type": "namespace", "namespace": ["_system"], "privilege": "TABLE_READ_DATA"}]},
+            {"name": "auditor", "principalRoles": ["auditors"],
+             "grants": [{"type": "table", "namespace": ["_system"], "tableName": "audit",
+                         "privilege": "TABLE_READ_DATA"}]}
         ]}],
         "principalRoles": [
             {"name": "writer", "principals": ["alice", "ingest", "py", "bob"]},
             {"name": "analyst", "principals": ["alice"]},
-            {"name": "admin", "principals": ["root"]}
+            {"name": "admin", "principals": ["root"]},
+            {"name": "auditors", "principals": ["ann"]}
         ]
     })
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `hotgate` binary on free ports in a temp dir, driven by a
 //! real Flight client (arrow-flight) and, in `pyarrow_client`, by pyarrow.flight.
 
+mod audit;
 mod auth;
 mod governance;
 mod harness;

@@ -1,5 +1,5 @@
-//! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough and governed
-//! reads) against the real binary. The venv comes from `scripts/setup`; a missing venv fails the test.
+//! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough, governed
+//! reads and the audit trail) against the real binary. The venv comes from `scripts/setup`; a missing venv fails the test.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -41,6 +41,7 @@ fn pyarrow_flight_walkthrough() {
             "HOTGATE_ANALYST_TOKEN",
             server.token("py_analyst", &["ALL"]),
         )
+        .env("HOTGATE_AUDITOR_TOKEN", server.token("ann", &["ALL"]))
         .output()
         .unwrap();
     let text = format!(

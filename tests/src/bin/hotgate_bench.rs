@@ -8,6 +8,9 @@
 //! Governance: the same reads as an analyst under one row filter and two masks, against
 //! an admin (no policy applies), in the same run; and the per-call cost of the grant check
 //! plus the cached secure view.
+//! Audit: the same reads against a second gateway with `audit.enabled = false`, large
+//! scans and small point reads (many concurrent callers, and one caller alone),
+//! interleaved in one run.
 
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
@@ -524,6 +527,216 @@ async fn authorization_cost(data_dir: &std::path::Path) -> BenchResult<serde_jso
     Ok(serde_json::Value::Object(medians))
 }
 
+const POINT_ROWS: i64 = 256;
+const POINT_READS: usize = 400;
+const POINT_CALLERS: usize = 16;
+const AUDIT_ROUNDS: usize = 5;
+
+fn point_spec() -> serde_json::Value {
+    serde_json::json!({"namespace": "bench", "name": "points",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "produced_at", "type": "timestamp_us", "nullable": false}
+        ],
+        "time_column": "produced_at", "bucket_key": "id", "buckets": 1})
+}
+
+fn point_ticket(i: usize) -> String {
+    let id = (i as i64 * 7919) % POINT_ROWS;
+    serde_json::json!({"table": "bench.points", "filter": format!("id = {id}")}).to_string()
+}
+
+/// A gateway of its own, in-process, on a fresh data dir with the bench grants.
+struct Gateway {
+    config: Config,
+    token: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<hotgate_gateway::error::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_gateway(audit: bool) -> BenchResult<Gateway> {
+    let dir = tempfile::tempdir()?;
+    let mut config = Config {
+        data_dir: dir.path().to_path_buf(),
+        flight_addr: free_addr(),
+        http_addr: free_addr(),
+        ..Config::default()
+    };
+    config.audit.enabled = audit;
+    std::fs::write(
+        dir.path().join("grants.json"),
+        serde_json::to_vec(&bench_grants())?,
+    )?;
+    let issuer = hotgate_gateway::server::embedded_issuer(&config)?;
+    let token = issuer.mint("root", &["admin".into()], Duration::from_secs(3600))?;
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    wait_healthy(&config).await?;
+    Ok(Gateway {
+        config,
+        token,
+        stop,
+        task,
+        _dir: dir,
+    })
+}
+
+async fn wait_healthy(config: &Config) -> BenchResult<()> {
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = http
+            .get(format!("http://{}/healthz", config.http_addr))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("the gateway did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn create_tables(
+    config: &Config,
+    token: &str,
+    specs: &[serde_json::Value],
+) -> BenchResult<()> {
+    let http = reqwest::Client::new();
+    for spec in specs {
+        let r = http
+            .post(format!("http://{}/v1/tables", config.http_addr))
+            .bearer_auth(token)
+            .json(spec)
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("create table: {}", r.text().await?).into());
+        }
+    }
+    Ok(())
+}
+
+fn point_batch() -> BenchResult<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "produced_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]));
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..POINT_ROWS)),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![now_us(); POINT_ROWS as usize])
+                    .with_timezone("UTC"),
+            ),
+        ],
+    )?)
+}
+
+/// Point reads per second with `callers` concurrent clients, `reads` in all.
+async fn point_reads(
+    addr: SocketAddr,
+    token: &str,
+    callers: usize,
+    reads: usize,
+) -> BenchResult<f64> {
+    let mut clients = Vec::with_capacity(callers);
+    for _ in 0..callers {
+        clients.push(connect(addr).await?);
+    }
+    let start = Instant::now();
+    let per = reads / callers;
+    let tasks = clients.into_iter().enumerate().map(|(c, mut client)| {
+        let token = token.to_owned();
+        async move {
+            for j in 0..per {
+                let rows = read_all(&mut client, Some(&token), &point_ticket(c * per + j)).await?;
+                if rows != 1 {
+                    return Err(format!("a point read returned {rows} rows").into());
+                }
+            }
+            BenchResult::Ok(())
+        }
+    });
+    futures::future::try_join_all(tasks).await?;
+    Ok((per * callers) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Reads with the audit on (`on`, the main gateway) against the audit off (a second
+/// gateway holding the same data), interleaved round by round.
+async fn audit_cost(on: &Config, on_token: &str, wide: Vec<RecordBatch>) -> BenchResult<()> {
+    let off = start_gateway(false).await?;
+    create_tables(&off.config, &off.token, &[wide_spec(), point_spec()]).await?;
+    let mut off_client = connect(off.config.flight_addr).await?;
+    put_all(&mut off_client, &off.token, ["bench", "wide"], wide).await?;
+    create_tables(on, on_token, &[point_spec()]).await?;
+    let mut on_client = connect(on.flight_addr).await?;
+    for (client, token) in [
+        (&mut on_client, on_token),
+        (&mut off_client, off.token.as_str()),
+    ] {
+        put_all(client, token, ["bench", "points"], vec![point_batch()?]).await?;
+    }
+    let sides = [
+        ("on", on.flight_addr, on_token),
+        ("off", off.config.flight_addr, off.token.as_str()),
+    ];
+    let mut scan_s = [Vec::new(), Vec::new()];
+    let mut point_concurrent = [Vec::new(), Vec::new()];
+    let mut point_single = [Vec::new(), Vec::new()];
+    let mut scan_rows = 0;
+    for _ in 0..AUDIT_ROUNDS {
+        for (i, (_, addr, token)) in sides.iter().enumerate() {
+            let mut client = connect(*addr).await?;
+            let (secs, rows) = read_once(&mut client, token, WIDE_COLUMNS).await?;
+            scan_s[i].push(secs);
+            scan_rows = rows;
+            point_concurrent[i].push(point_reads(*addr, token, POINT_CALLERS, POINT_READS).await?);
+            point_single[i].push(point_reads(*addr, token, 1, POINT_READS / 4).await?);
+        }
+    }
+    let [scan_on, scan_off] = scan_s.map(median);
+    let [pc_on, pc_off] = point_concurrent.map(median);
+    let [ps_on, ps_off] = point_single.map(median);
+    for (i, (side, _, _)) in sides.iter().enumerate() {
+        let (scan, pc, ps) = [(scan_on, pc_on, ps_on), (scan_off, pc_off, ps_off)][i];
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "audit_read", "audit": side,
+                "scan_rows": scan_rows, "scan_columns": WIDE_COLUMNS, "scan_median_s": scan,
+                "scan_rows_per_s": scan_rows as f64 / scan,
+                "point_reads_per_s_concurrent": pc, "point_callers": POINT_CALLERS,
+                "point_reads_per_s_single_caller": ps,
+            })
+        );
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "audit_read_summary", "rounds": AUDIT_ROUNDS,
+            "scan_on_over_off": scan_off / scan_on,
+            "point_concurrent_on_over_off": pc_on / pc_off,
+            "point_single_caller_on_over_off": ps_on / ps_off,
+            "targets": {"scan": 0.95, "small_reads": 0.8},
+        })
+    );
+    let _ = off.stop.send(());
+    off.task.await??;
+    Ok(())
+}
+
 async fn bench() -> BenchResult<()> {
     let dir = tempfile::tempdir()?;
     let config = Config {
@@ -675,6 +888,10 @@ async fn bench() -> BenchResult<()> {
     summary.insert("bench".into(), "governed_read_summary".into());
     println!("{}", serde_json::Value::Object(summary));
     println!("{}", authorization_cost(dir.path()).await?);
+    let wide: Vec<RecordBatch> = (0..WIDE_BATCHES)
+        .map(wide_batch)
+        .collect::<BenchResult<_>>()?;
+    audit_cost(&config, &token, wide).await?;
     let _ = stop_tx.send(());
     server.await??;
     Ok(())

@@ -15,10 +15,7 @@ pub fn pubkey(config: &hotgate_gateway::Config) -> Result<(), String> {
 
 /// Verifies the audit log under the data dir without changing anything. Prints the
 /// report as JSON; `Ok(false)` when the chain is damaged.
-pub fn verify(
-    config: &hotgate_gateway::Config,
-    public_key: Option<&str>,
-) -> Result<bool, String> {
+pub fn verify(config: &hotgate_gateway::Config, public_key: Option<&str>) -> Result<bool, String> {
     let key = match public_key {
         Some(k) => k.to_owned(),
         None => read_public_key(&config.audit_key_path())?,
@@ -198,21 +195,30 @@ pub fn tail(
         params.push(("limit", last.clamp(1, 1000).to_string()));
         let body = page(&client, &url, &server.token, &params).await?;
         let mut seen: u64 = 0;
+        // Each poll is itself audited; its own records are not news.
+        let mut own: std::collections::HashSet<String> = Default::default();
+        own.extend(body["query_id"].as_str().map(str::to_owned));
         for r in records(&body).into_iter().rev() {
             seen = seen.max(r.get("seq").and_then(|s| s.as_u64()).unwrap_or(0));
             println!("{r}");
         }
-        while follow {
+        if !follow {
+            return Ok(());
+        }
+        loop {
             tokio::time::sleep(every).await;
             let mut params = filters.pairs();
             params.push(("after_seq", seen.to_string()));
             params.push(("limit", "1000".into()));
             let body = page(&client, &url, &server.token, &params).await?;
+            own.extend(body["query_id"].as_str().map(str::to_owned));
             for r in records(&body).into_iter().rev() {
                 seen = seen.max(r.get("seq").and_then(|s| s.as_u64()).unwrap_or(0));
+                if r["query_id"].as_str().is_some_and(|q| own.contains(q)) {
+                    continue;
+                }
                 println!("{r}");
             }
         }
-        Ok(())
     })
 }
