@@ -154,8 +154,22 @@ impl HotgateFlight {
                 return Err(e);
             }
         };
-        // Durable before the first batch can leave; a read that cannot be audited fails.
-        let completion = Arc::new(audit.allow().await?);
+        // The allow record syncs while the plan runs (prefetched into a small buffer);
+        // nothing, not even the schema, leaves before it is durable, and a read whose
+        // record cannot be written fails with `Unavailable`.
+        let (completion, record) = audit.allow_queued().await?;
+        let completion = Arc::new(completion);
+        let (prefetch_tx, prefetch_rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            let mut batches = batches;
+            while let Some(b) = batches.next().await {
+                if prefetch_tx.send(b).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let batches: BatchStream = ReceiverStream::new(prefetch_rx).boxed();
+        let unrecorded = Arc::clone(&completion);
         let timer = ReadTimer {
             histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
             started,
@@ -191,7 +205,19 @@ impl HotgateFlight {
                     }
                 }
             });
-        Ok(encoded.boxed())
+        let failed = self.state.metrics.errors.clone();
+        let gated = futures::stream::once(async move {
+            match record.durable().await {
+                Ok(_) => encoded.boxed(),
+                Err(e) => {
+                    failed.with_label_values(&[e.code()]).inc();
+                    unrecorded.failed(&format!("{}: {e}", e.code()));
+                    futures::stream::iter([Err(Status::from(e))]).boxed()
+                }
+            }
+        })
+        .flatten();
+        Ok(gated.boxed())
     }
 
     fn command_of(&self, descriptor: &FlightDescriptor) -> Result<Command> {

@@ -142,7 +142,7 @@ pub async fn run(
         );
     }
     governance.spawn_refresh(config.grants.refresh, stop_rx.clone());
-    audit.spawn_checkpoints(config.audit.checkpoint_interval, stop_rx.clone());
+    audit.spawn_background(config.audit.checkpoint_interval, stop_rx.clone());
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
         authn: Arc::clone(&authn),

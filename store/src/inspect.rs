@@ -127,6 +127,10 @@ fn inspect_log(
                     .map_err(|e| StoreError::io(path, e))?;
             }
             let (meta, _) = FrameMeta::parse(pos, &h);
+            // Past the durable end a writer may be mid-frame: not ours to judge.
+            if whole_header && limit.is_some_and(|l| meta.base_offset >= l) {
+                return Ok(());
+            }
             if !whole_header || pos + meta.frame_len() > len || meta.payload_len % 8 != 0 {
                 // Only the end of the last segment may be an unfinished write; anywhere
                 // else a frame that does not fit is damage.
@@ -146,9 +150,6 @@ fn inspect_log(
                     });
                 }
                 break;
-            }
-            if limit.is_some_and(|l| meta.base_offset >= l) {
-                return Ok(());
             }
             let offsets = meta.base_offset..meta.end_offset();
             // A full read checks the frame's CRC before decoding anything.

@@ -13,7 +13,7 @@ use hotgate_store::TableName;
 use sha2::{Digest, Sha256};
 
 use super::chain::{AuditRecord, Decision};
-use super::writer::AuditLog;
+use super::writer::{AuditLog, PendingRecord};
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
 
@@ -101,10 +101,23 @@ impl CallAudit {
     /// Writes the allow record and waits until it is durable: nothing may be returned
     /// before. Fails closed with `Unavailable`.
     pub async fn allow(self) -> Result<Completion> {
+        let (completion, pending) = self.allow_queued().await?;
+        pending.durable().await?;
+        Ok(completion)
+    }
+
+    /// Queues the allow record and returns without waiting for its sync, so the read
+    /// can be computed meanwhile; the caller must await the [`PendingRecord`] before
+    /// anything leaves. Fails closed with `Unavailable` if it cannot be queued.
+    pub async fn allow_queued(self) -> Result<(Completion, PendingRecord)> {
         let mut record = self.record.clone();
         record.decision = Some(Decision::Allow);
-        self.log.append(record).await?.durable().await?;
-        Ok(Completion {
+        let pending = self.log.append(record).await?;
+        Ok((self.completion(), pending))
+    }
+
+    fn completion(self) -> Completion {
+        Completion {
             log: self.log,
             base: self.record,
             started: self.started,
@@ -112,7 +125,7 @@ impl CallAudit {
             bytes: AtomicU64::new(0),
             failure: Mutex::new(None),
             finished: AtomicBool::new(false),
-        })
+        }
     }
 
     /// Writes the allow record of a call that returns nothing but the answer it has
@@ -166,7 +179,8 @@ fn audit_reason(error: &GatewayError) -> String {
     }
 }
 
-/// An allowed stream's completion record, written when the last handle is dropped.
+/// An allowed stream's completion record, written when the last handle is dropped (it
+/// rides along with the next audit write, within [`super::writer::DEFERRED_FLUSH`]).
 #[derive(Debug)]
 pub struct Completion {
     log: Arc<AuditLog>,
@@ -224,7 +238,7 @@ impl Drop for Completion {
                 None => "cancelled by the caller".to_owned(),
             },
         );
-        self.log.append_detached(record);
+        self.log.defer(record);
     }
 }
 

@@ -12,7 +12,7 @@ use arrow_schema::SchemaRef;
 use hotgate_store::{HotTable, PendingAppend, ScanRequest, Store};
 use tokio::sync::{Mutex, watch};
 
-use super::chain::{AuditRecord, Chain, CheckpointKey};
+use super::chain::{AuditRecord, CHECKPOINT, Chain, CheckpointKey};
 use super::table::{audit_table_name, audit_table_spec, format_time, from_batch, to_batch};
 use crate::config::AuditConfig;
 use crate::error::{GatewayError, Result};
@@ -26,7 +26,12 @@ pub struct AuditLog {
     state: Mutex<WriterState>,
     /// One clone per detached write still running; [`AuditLog::flush`] waits for them.
     detached: Arc<()>,
+    /// Records waiting to ride along with the next write; see [`AuditLog::defer`].
+    deferred: std::sync::Mutex<Vec<AuditRecord>>,
 }
+
+/// The longest a deferred record waits for a write to ride along with.
+pub const DEFERRED_FLUSH: Duration = Duration::from_millis(20);
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,6 +98,7 @@ impl AuditLog {
                 checkpoint_every: config.checkpoint_every,
                 state: Mutex::new(state),
                 detached: Arc::new(()),
+                deferred: Default::default(),
             });
         }
         let name = audit_table_name();
@@ -117,6 +123,7 @@ impl AuditLog {
             checkpoint_every: config.checkpoint_every.max(1),
             state: Mutex::new(state),
             detached: Arc::new(()),
+            deferred: Default::default(),
         })
     }
 
@@ -133,9 +140,9 @@ impl AuditLog {
         self.table.as_ref()
     }
 
-    /// Seals `record` and queues it (with a checkpoint after it, when one is due). The
-    /// returned handle waits for its sync. If the record cannot be queued, nothing of it
-    /// is in the chain and the error is `Unavailable`.
+    /// Seals `record` and queues it (after any deferred records, and with a checkpoint
+    /// after it when one is due). The returned handle waits for its sync. If the record
+    /// cannot be queued, nothing of it is in the chain and the error is `Unavailable`.
     pub async fn append(&self, record: AuditRecord) -> Result<PendingRecord> {
         let Some(table) = &self.table else {
             return Ok(PendingRecord {
@@ -145,8 +152,17 @@ impl AuditLog {
         };
         fail::fail_point!("audit-append", |_| Err(unavailable("injected fault")));
         let mut state = self.state.lock().await;
-        let due = state.since_checkpoint + 1 >= self.checkpoint_every;
-        self.queue(table, &mut state, record, due).await
+        self.queue(table, &mut state, Some(record), false).await
+    }
+
+    /// Keeps a record that nothing waits on (a completion) to be sealed and written with
+    /// the next record, or within [`DEFERRED_FLUSH`]: it then shares that record's sync
+    /// instead of costing one of its own. A crash can lose the deferred records of that
+    /// last moment; records that authorize anything are never deferred.
+    pub fn defer(&self, record: AuditRecord) {
+        if self.enabled() {
+            lock(&self.deferred).push(record);
+        }
     }
 
     /// Queues a checkpoint now if records were written since the last one.
@@ -155,38 +171,64 @@ impl AuditLog {
             return Ok(());
         };
         let mut state = self.state.lock().await;
-        if state.since_checkpoint == 0 {
+        if state.since_checkpoint == 0 && lock(&self.deferred).is_empty() {
             return Ok(());
         }
-        let pending = self.queue_checkpoint(table, &mut state).await?;
+        let pending = self.queue(table, &mut state, None, true).await?;
         drop(state);
         pending.durable().await.map(|_| ())
     }
 
+    /// Writes the deferred records now, without waiting for their sync.
+    async fn flush_deferred(&self) -> Result<()> {
+        let Some(table) = &self.table else {
+            return Ok(());
+        };
+        if lock(&self.deferred).is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state.lock().await;
+        self.queue(table, &mut state, None, false).await.map(|_| ())
+    }
+
+    /// Seals the deferred records, then `record`, then a checkpoint if one is due (or
+    /// `checkpoint` asks for one), and queues them as one batch. On failure the chain
+    /// is as it was and the deferred records wait for the next try.
     async fn queue(
         &self,
         table: &Arc<HotTable>,
         state: &mut WriterState,
-        mut record: AuditRecord,
-        with_checkpoint: bool,
+        record: Option<AuditRecord>,
+        checkpoint: bool,
     ) -> Result<PendingRecord> {
+        let deferred = std::mem::take(&mut *lock(&self.deferred));
         let before = (state.chain.clone(), state.last_micros);
         let micros = now_micros().max(state.last_micros);
-        record.time = format_time(micros);
-        let sealed = state.chain.seal(record);
-        let seq = sealed.seq;
-        let mut rows = vec![sealed];
-        if with_checkpoint {
+        let mut rows: Vec<AuditRecord> = deferred
+            .iter()
+            .cloned()
+            .chain(record)
+            .map(|mut r| {
+                r.time = format_time(micros);
+                state.chain.seal(r)
+            })
+            .collect();
+        let seq = rows.last().map_or(0, |r| r.seq);
+        let due = state.since_checkpoint + rows.len() as u64 >= self.checkpoint_every;
+        if checkpoint || due {
             rows.push(state.chain.checkpoint(&self.key, format_time(micros)));
+        }
+        if rows.is_empty() {
+            return Ok(PendingRecord { pending: None, seq });
         }
         match write_rows(table.def().stored_schema(), table, &rows).await {
             Ok(pending) => {
                 state.last_micros = micros;
-                if with_checkpoint {
+                if rows.last().is_some_and(|r| r.action == CHECKPOINT) {
                     state.since_checkpoint = 0;
                     state.last_checkpoint = Instant::now();
                 } else {
-                    state.since_checkpoint += 1;
+                    state.since_checkpoint += rows.len() as u64;
                 }
                 Ok(PendingRecord {
                     pending: Some(pending),
@@ -196,39 +238,16 @@ impl AuditLog {
             Err(e) => {
                 // Nothing was queued: the chain continues from where it was.
                 (state.chain, state.last_micros) = before;
+                let mut kept = lock(&self.deferred);
+                let newer = std::mem::take(&mut *kept);
+                *kept = deferred.into_iter().chain(newer).collect();
                 Err(e)
             }
         }
     }
 
-    async fn queue_checkpoint(
-        &self,
-        table: &Arc<HotTable>,
-        state: &mut WriterState,
-    ) -> Result<PendingRecord> {
-        let before = state.chain.clone();
-        let micros = now_micros().max(state.last_micros);
-        let record = state.chain.checkpoint(&self.key, format_time(micros));
-        let seq = record.seq;
-        match write_rows(table.def().stored_schema(), table, &[record]).await {
-            Ok(pending) => {
-                state.last_micros = micros;
-                state.since_checkpoint = 0;
-                state.last_checkpoint = Instant::now();
-                Ok(PendingRecord {
-                    pending: Some(pending),
-                    seq,
-                })
-            }
-            Err(e) => {
-                state.chain = before;
-                Err(e)
-            }
-        }
-    }
-
-    /// Seals and queues a record without waiting for its sync: for records nothing
-    /// waits on (denials, completions). A failure is logged.
+    /// Seals and queues a record without waiting for its sync, for where the caller
+    /// cannot wait (an interceptor). A failure is logged.
     pub fn append_detached(self: &Arc<Self>, record: AuditRecord) {
         if !self.enabled() {
             return;
@@ -252,37 +271,48 @@ impl AuditLog {
         });
     }
 
-    /// Waits (up to 5 s) for detached records still being written, as at shutdown.
+    /// Writes what is still pending, as at shutdown: detached records (waiting up to
+    /// 5 s) and deferred ones.
     pub async fn flush(&self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Arc::strong_count(&self.detached) > 1 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        if let Err(e) = self.flush_deferred().await {
+            tracing::error!("deferred audit records not written: {e}");
+        }
     }
 
-    /// Writes a checkpoint every `interval` when records arrived since the last one.
-    pub fn spawn_checkpoints(
-        self: &Arc<Self>,
-        interval: Duration,
-        mut stop: watch::Receiver<bool>,
-    ) {
-        if !self.enabled() || interval.is_zero() {
+    /// Writes deferred records every [`DEFERRED_FLUSH`], and a checkpoint every
+    /// `interval` when records arrived since the last one.
+    pub fn spawn_background(self: &Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+        if !self.enabled() {
             return;
         }
         let log = Arc::clone(self);
         tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DEFERRED_FLUSH);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
+                    _ = tick.tick() => {}
                     _ = stop.wait_for(|s| *s) => break,
                 }
-                let stale = log.state.lock().await.last_checkpoint.elapsed() >= interval;
+                if let Err(e) = log.flush_deferred().await {
+                    tracing::error!("deferred audit records not written: {e}");
+                }
+                let stale = !interval.is_zero()
+                    && log.state.lock().await.last_checkpoint.elapsed() >= interval;
                 if stale && let Err(e) = log.checkpoint().await {
                     tracing::error!("audit checkpoint not written: {e}");
                 }
             }
         });
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn write_rows(

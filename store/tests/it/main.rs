@@ -3,6 +3,7 @@
 mod alignment;
 mod common;
 mod durability;
+mod inspect;
 mod reads;
 mod retention;
 mod writes;
