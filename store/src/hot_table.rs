@@ -17,11 +17,12 @@ use crate::bucket::{LogId, buckets_of, day_of_micros};
 use crate::error::{Result, StoreError};
 use crate::log::{Log, LogOptions};
 use crate::metrics::StoreMetrics;
+use crate::pk::{ChangeOp, PkState, StateDb};
 use crate::scan::{HotScan, ScanRequest, Tail};
 use crate::segment::EncodedFrame;
 use crate::sync::{read, write};
 use crate::table::{TableDef, TableKind};
-use crate::validate::{normalize, time_values};
+use crate::validate::{key_columns, normalize, time_values};
 
 /// What one append wrote: rows, and the offsets they got in each log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -72,6 +73,29 @@ impl PendingAppend {
     }
 }
 
+/// What a write to a primary-key table did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChangeResult {
+    /// Rows in the batch.
+    pub rows: u64,
+    /// Changelog records written (an update writes two).
+    pub changes: u64,
+    /// Deletes that found no row (they write nothing).
+    pub missing: u64,
+    /// Their row indices in the batch.
+    pub missing_rows: Vec<u64>,
+    pub parts: Vec<AppendedPart>,
+}
+
+/// The answer to a lookup.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    /// The rows found, in request order (stored schema).
+    pub rows: RecordBatch,
+    /// Indices (in the request) of the keys without a row.
+    pub missing: Vec<u64>,
+}
+
 /// What retention removed from a table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RetentionReport {
@@ -83,6 +107,11 @@ pub struct RetentionReport {
 #[derive(Debug)]
 pub struct HotTable {
     def: Arc<TableDef>,
+    /// The RocksDB state of a primary-key table.
+    pk: Option<PkState>,
+    /// Per-bucket write locks of a primary-key table: reading the before images,
+    /// appending the changelog and applying the state are one unit per bucket.
+    bucket_locks: Vec<tokio::sync::Mutex<()>>,
     dir: PathBuf,
     logs: RwLock<BTreeMap<LogId, Arc<Log>>>,
     options: LogOptions,
@@ -97,8 +126,22 @@ impl HotTable {
         dir: PathBuf,
         options: LogOptions,
         metrics: Arc<StoreMetrics>,
+        state: Option<Arc<StateDb>>,
     ) -> Result<Arc<Self>> {
-        check_supported(&def)?;
+        let pk = match (def.kind(), state) {
+            (TableKind::Log, _) => None,
+            (TableKind::PrimaryKey { .. }, Some(db)) => Some(PkState::new(db, &def)?),
+            (TableKind::PrimaryKey { .. }, None) => {
+                return Err(StoreError::InvalidDefinition(format!(
+                    "{}: a primary-key table needs the store's state database",
+                    def.name()
+                )));
+            }
+        };
+        let bucket_locks = match pk {
+            Some(_) => (0..def.buckets()).map(|_| Default::default()).collect(),
+            None => Vec::new(),
+        };
         let (commits, _) = watch::channel(0);
         let commits = Arc::new(commits);
         let mut logs = BTreeMap::new();
@@ -127,15 +170,179 @@ impl HotTable {
                 logs.insert(id, log);
             }
         }
-        Ok(Arc::new(Self {
+        let table = Arc::new(Self {
             def: Arc::new(def),
+            pk,
+            bucket_locks,
             dir,
             logs: RwLock::new(logs),
             options,
             metrics,
             commits,
             create_log: tokio::sync::Mutex::new(()),
-        }))
+        });
+        table.recover_state()?;
+        Ok(table)
+    }
+
+    /// The schema of the table's log frames: the stored schema, plus `_change` for a
+    /// primary-key table's changelog.
+    pub fn log_schema(&self) -> &SchemaRef {
+        match &self.pk {
+            Some(pk) => pk.log_schema(),
+            None => self.def.stored_schema(),
+        }
+    }
+
+    /// Replays each bucket's changelog into RocksDB from the offset its state reflects.
+    fn recover_state(&self) -> Result<()> {
+        let Some(pk) = &self.pk else {
+            return Ok(());
+        };
+        let started = std::time::Instant::now();
+        let mut replayed = 0u64;
+        for log in self.logs() {
+            let bucket = log.id().bucket;
+            let applied = pk.applied(bucket)?;
+            let end = log.end_offset();
+            if applied > end {
+                return Err(StoreError::corrupt(
+                    &self.dir,
+                    format!(
+                        "bucket {bucket}: the state reflects offset {applied} but the log ends at {end}"
+                    ),
+                ));
+            }
+            if applied == end {
+                continue;
+            }
+            let request = ScanRequest {
+                logs: Some(vec![log.id()]),
+                start_offsets: [(log.id(), applied)].into(),
+                end_offsets: [(log.id(), end)].into(),
+                ..Default::default()
+            };
+            for item in self.scan(&request)? {
+                let item = item?;
+                pk.replay(bucket, &item.batch, item.offsets.end)?;
+                replayed += item.batch.num_rows() as u64;
+            }
+        }
+        if replayed > 0 {
+            tracing::info!(
+                table = %self.def.name(),
+                rows = replayed,
+                seconds = started.elapsed().as_secs_f64(),
+                "primary-key state caught up with the changelog"
+            );
+        }
+        Ok(())
+    }
+
+    fn pk(&self) -> Result<&PkState> {
+        self.pk.as_ref().ok_or_else(|| {
+            StoreError::InvalidRequest(format!(
+                "{} is a log table; upserts, deletes and lookups need a primary-key table",
+                self.def.name()
+            ))
+        })
+    }
+
+    /// Upserts or deletes the rows of `batch` in a primary-key table and returns once
+    /// the changelog of every bucket it touches is durable and applied. A batch that
+    /// fails validation writes nothing. Each bucket commits on its own.
+    pub async fn write_changes(&self, batch: &RecordBatch, op: ChangeOp) -> Result<ChangeResult> {
+        let pk = self.pk()?;
+        let input = match op {
+            ChangeOp::Upsert => normalize(&self.def, batch),
+            ChangeOp::Delete => key_columns(&self.def, batch, "delete"),
+        }
+        .inspect_err(|_| self.metrics.record_rejected())?;
+        let mut result = ChangeResult {
+            rows: input.num_rows() as u64,
+            ..Default::default()
+        };
+        if input.num_rows() == 0 {
+            return Ok(result);
+        }
+        let bucket_key = input
+            .column_by_name(&self.def.spec().bucket_key)
+            .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
+        let buckets = buckets_of(bucket_key, self.def.buckets())?;
+        let keys = pk.encode_keys(&buckets, &input)?;
+        let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (row, bucket) in buckets.iter().enumerate() {
+            groups.entry(*bucket).or_default().push(row as u32);
+        }
+        for (bucket, rows) in groups {
+            let part =
+                arrow_select::take::take_record_batch(&input, &UInt32Array::from(rows.clone()))?;
+            let part_keys: Vec<Vec<u8>> = rows.iter().map(|r| keys[*r as usize].clone()).collect();
+            let _writing = self.bucket_locks[bucket as usize].lock().await;
+            let changes = pk.changes(&part_keys, &part, op)?;
+            result
+                .missing_rows
+                .extend(changes.missing.iter().map(|i| rows[*i] as u64));
+            let Some(changelog) = &changes.changelog else {
+                continue;
+            };
+            let id = LogId { day: None, bucket };
+            let times = time_values(&self.def, changelog).values();
+            let (min, max) = times
+                .iter()
+                .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let frame = EncodedFrame::encode(changelog, min, max)?;
+            let log = self.log_for(id).await?;
+            let range = log.enqueue(frame).await?.await.map_err(|_| {
+                StoreError::Unavailable(format!("log {id} closed before the change was durable"))
+            })??;
+            pk.apply_changes(bucket, &changes, range.end)?;
+            result.changes += range.end - range.start;
+            result.parts.push(AppendedPart {
+                partition: id.partition(),
+                bucket,
+                log: id,
+                start_offset: range.start,
+                end_offset: range.end,
+            });
+        }
+        result.missing = result.missing_rows.len() as u64;
+        Ok(result)
+    }
+
+    /// The current rows of the keys in `keys` (which holds the key columns), in request
+    /// order, with the indices of the keys that have no row.
+    pub fn lookup(&self, keys: &RecordBatch) -> Result<Lookup> {
+        let pk = self.pk()?;
+        let input = key_columns(&self.def, keys, "lookup")?;
+        let bucket_key = input
+            .column_by_name(&self.def.spec().bucket_key)
+            .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
+        let buckets = buckets_of(bucket_key, self.def.buckets())?;
+        let encoded = pk.encode_keys(&buckets, &input)?;
+        let values = pk.get_many(&encoded)?;
+        let mut missing = Vec::new();
+        let mut found = Vec::with_capacity(values.len());
+        for (i, v) in values.iter().enumerate() {
+            match v {
+                Some(v) => found.push(v.as_slice()),
+                None => missing.push(i as u64),
+            }
+        }
+        Ok(Lookup {
+            rows: pk.decode_rows(found)?,
+            missing,
+        })
+    }
+
+    /// The current rows of a primary-key table, bucket by bucket in key order.
+    pub fn current_rows(&self, rows_per_batch: usize) -> Result<Vec<RecordBatch>> {
+        let pk = self.pk()?;
+        let mut out = Vec::new();
+        for bucket in 0..self.def.buckets() {
+            out.extend(pk.scan_bucket(bucket, rows_per_batch.max(1))?);
+        }
+        Ok(out)
     }
 
     pub fn def(&self) -> &Arc<TableDef> {
@@ -158,6 +365,12 @@ impl HotTable {
     /// begins several appends in order gets them committed in that order in each log, and
     /// they may share group commits.
     pub async fn begin_append(&self, batch: &RecordBatch) -> Result<PendingAppend> {
+        if self.pk.is_some() {
+            return Err(StoreError::InvalidRequest(format!(
+                "{} is a primary-key table: write upserts and deletes, not appends",
+                self.def.name()
+            )));
+        }
         let batch = normalize(&self.def, batch).inspect_err(|_| self.metrics.record_rejected())?;
         let mut pending = PendingAppend {
             rows: batch.num_rows() as u64,
@@ -291,17 +504,6 @@ impl HotTable {
             log.close().await;
         }
     }
-}
-
-/// Refuses definitions the hot tier cannot serve yet, before anything is persisted.
-pub(crate) fn check_supported(def: &TableDef) -> Result<()> {
-    if let TableKind::PrimaryKey { .. } = def.kind() {
-        return Err(StoreError::InvalidDefinition(format!(
-            "{}: primary-key tables are not supported yet; omit primary_key for a log table",
-            def.name()
-        )));
-    }
-    Ok(())
 }
 
 /// A duration in microseconds, saturating.

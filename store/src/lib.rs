@@ -19,6 +19,7 @@ mod hot_table;
 pub mod inspect;
 mod log;
 mod metrics;
+pub mod pk;
 mod scan;
 mod segment;
 mod store;
@@ -28,10 +29,13 @@ mod validate;
 
 pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
-pub use hot_table::{AppendResult, AppendedPart, HotTable, PendingAppend, RetentionReport};
+pub use hot_table::{
+    AppendResult, AppendedPart, ChangeResult, HotTable, Lookup, PendingAppend, RetentionReport,
+};
 pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
+pub use pk::{CHANGE_COLUMN, ChangeOp};
 pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};
 pub use store::{Store, StoreOptions, write_file_durable};
 pub use table::{

@@ -50,7 +50,7 @@ pub(crate) fn resolve_projection(
     table: &HotTable,
     columns: Option<&[String]>,
 ) -> Result<(Vec<usize>, SchemaRef)> {
-    let schema = table.def().stored_schema();
+    let schema = table.log_schema();
     let projection: Vec<usize> = match columns {
         None => (0..schema.fields().len()).collect(),
         Some(cols) => cols
@@ -114,7 +114,7 @@ impl HotScan {
             }
         }
         Ok(Self {
-            table_schema: Arc::clone(table.def().stored_schema()),
+            table_schema: Arc::clone(table.log_schema()),
             schema,
             projection,
             time_index: table.def().time_index(),

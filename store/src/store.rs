@@ -11,11 +11,12 @@ use std::sync::{Arc, RwLock};
 use arrow_array::RecordBatch;
 
 use crate::error::{Result, StoreError};
-use crate::hot_table::{AppendResult, HotTable, check_supported};
+use crate::hot_table::{AppendResult, HotTable};
 use crate::log::{LogOptions, create_dir_durable, sync_dir};
 use crate::metrics::StoreMetrics;
+use crate::pk::StateDb;
 use crate::sync::{read, write};
-use crate::table::{TableDef, TableName, TableSpec};
+use crate::table::{TableDef, TableKind, TableName, TableSpec};
 
 const DEF_FILE: &str = "table.json";
 
@@ -33,6 +34,27 @@ pub struct Store {
     metrics: Arc<StoreMetrics>,
     tables: RwLock<BTreeMap<TableName, Arc<HotTable>>>,
     create: tokio::sync::Mutex<()>,
+    /// RocksDB for primary-key tables, opened when the first one is.
+    state: std::sync::Mutex<Option<Arc<StateDb>>>,
+}
+
+/// The state database a table needs: none for log tables; for primary-key tables, the
+/// store's one RocksDB under `<root>/state`, opened on first use.
+fn state_for(
+    root: &Path,
+    slot: &std::sync::Mutex<Option<Arc<StateDb>>>,
+    def: &TableDef,
+) -> Result<Option<Arc<StateDb>>> {
+    if matches!(def.kind(), TableKind::Log) {
+        return Ok(None);
+    }
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(db) = slot.as_ref() {
+        return Ok(Some(Arc::clone(db)));
+    }
+    let db = StateDb::open(&root.join("state"))?;
+    *slot = Some(Arc::clone(&db));
+    Ok(Some(db))
 }
 
 impl Store {
@@ -43,6 +65,7 @@ impl Store {
         let data = root.join("data");
         create_dir_durable(&data)?;
         let metrics = Arc::new(StoreMetrics::default());
+        let state = std::sync::Mutex::new(None);
         let mut tables = BTreeMap::new();
         for ns in read_dirs(&data)? {
             for table_dir in read_dirs(&ns)? {
@@ -59,8 +82,14 @@ impl Store {
                 let def = TableDef::new(spec)
                     .map_err(|e| StoreError::corrupt(&def_path, e.to_string()))?;
                 let name = def.name().clone();
-                let table =
-                    HotTable::open(def, table_dir, options.log.clone(), Arc::clone(&metrics))?;
+                let db = state_for(&root, &state, &def)?;
+                let table = HotTable::open(
+                    def,
+                    table_dir,
+                    options.log.clone(),
+                    Arc::clone(&metrics),
+                    db,
+                )?;
                 tables.insert(name, table);
             }
         }
@@ -70,6 +99,7 @@ impl Store {
             metrics,
             tables: RwLock::new(tables),
             create: tokio::sync::Mutex::new(()),
+            state,
         })
     }
 
@@ -85,7 +115,6 @@ impl Store {
     /// definition returns it; with another definition it is an error.
     pub async fn create_table(&self, spec: TableSpec) -> Result<Arc<HotTable>> {
         let def = TableDef::new(spec)?;
-        check_supported(&def)?;
         let _guard = self.create.lock().await;
         if let Ok(existing) = self.table(def.name()) {
             if existing.def().spec() == def.spec() {
@@ -103,11 +132,13 @@ impl Store {
             .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
         write_file_durable(&dir.join(DEF_FILE), &json)?;
         let name = def.name().clone();
+        let db = state_for(&self.root, &self.state, &def)?;
         let table = HotTable::open(
             def,
             dir,
             self.options.log.clone(),
             Arc::clone(&self.metrics),
+            db,
         )?;
         write(&self.tables).insert(name, Arc::clone(&table));
         Ok(table)

@@ -102,3 +102,57 @@ pub(crate) fn time_values<'a>(
         .column(def.time_index())
         .as_primitive::<TimestampMicrosecondType>()
 }
+
+/// Checks the key columns of a primary-key table in `batch` (a delete, or a lookup) and
+/// returns them alone, in key order: each present, of the stored type, without nulls.
+/// Other columns are ignored.
+pub(crate) fn key_columns(def: &TableDef, batch: &RecordBatch, what: &str) -> Result<RecordBatch> {
+    let bad = |detail: String| StoreError::InvalidBatch {
+        table: def.name().to_string(),
+        detail: format!("{what}: {detail}"),
+    };
+    let crate::table::TableKind::PrimaryKey { columns: keys } = def.kind() else {
+        return Err(bad(format!("{} is not a primary-key table", def.name())));
+    };
+    let schema = def.stored_schema();
+    let mut fields = Vec::with_capacity(keys.len());
+    let mut columns = Vec::with_capacity(keys.len());
+    for key in keys {
+        let field = schema.field_with_name(key)?;
+        let array = batch.column_by_name(key).ok_or_else(|| {
+            bad(format!(
+                "missing key column {key:?}; the key is ({})",
+                keys.join(", ")
+            ))
+        })?;
+        let array = match (field.data_type(), array.data_type()) {
+            (expected, got) if expected == got => Arc::clone(array),
+            (
+                DataType::Timestamp(TimeUnit::Microsecond, Some(_)),
+                DataType::Timestamp(TimeUnit::Microsecond, Some(tz)),
+            ) if UTC_ALIASES.contains(&tz.as_ref()) => Arc::new(
+                array
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .clone()
+                    .with_timezone(UTC),
+            ) as ArrayRef,
+            (expected, got) => {
+                return Err(bad(format!(
+                    "key column {key:?} has type {got}, expected {expected}"
+                )));
+            }
+        };
+        if array.null_count() > 0 {
+            let row = (0..batch.num_rows())
+                .find(|r| array.is_null(*r))
+                .unwrap_or_default();
+            return Err(bad(format!("key column {key:?} is null in row {row}")));
+        }
+        fields.push(field.clone());
+        columns.push(array);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(fields)),
+        columns,
+    )?)
+}

@@ -4,6 +4,7 @@ mod alignment;
 mod common;
 mod durability;
 mod inspect;
+mod primary_key;
 mod reads;
 mod retention;
 mod writes;

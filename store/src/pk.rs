@@ -1,0 +1,449 @@
+//! Primary-key tables: the current row per key in RocksDB, the changes in the bucket logs.
+//!
+//! **The log is the source of truth.** A write of one bucket, under that bucket's lock:
+//! 1. reads the current rows of its keys (RocksDB, then earlier rows of the same batch);
+//! 2. builds the changelog rows (`+I`, `-U`/`+U`, `-D`; before images from step 1);
+//! 3. appends them to the bucket's log and waits until they are durable;
+//! 4. applies the new rows to RocksDB in one write batch that also records the log offset
+//!    it reflects (`applied`), without RocksDB's WAL.
+//!
+//! After a crash RocksDB holds some consistent earlier state with its `applied` offset
+//! (the batch is atomic), and [`PkState::open`] replays the log from there. A change is
+//! acknowledged only after step 3, so every acknowledged change reaches both, and a
+//! change cut from the log's torn tail never reached RocksDB.
+//!
+//! Keys: `bucket (u32 BE) | arrow-row encoding of the key columns`, so a bucket's keys
+//! are contiguous and ordered. Values: a format byte, the column count (u32 BE), then the
+//! arrow-row encoding of every stored column, decodable back into Arrow arrays.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, StringArray};
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use rocksdb::{
+    BoundColumnFamily, ColumnFamilyDescriptor, DBWithThreadMode, MultiThreaded, Options,
+    WriteBatch, WriteOptions,
+};
+
+use crate::error::{Result, StoreError};
+use crate::table::{TableDef, TableKind};
+
+/// The changelog column of a primary-key table's log.
+pub const CHANGE_COLUMN: &str = "_change";
+/// Where each table's applied log offsets are kept: key `<table>/<bucket>`.
+const APPLIED_CF: &str = "_applied";
+const VALUE_FORMAT: u8 = 1;
+
+/// What a batch written to a primary-key table does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeOp {
+    /// Insert or replace each row (last write wins).
+    Upsert,
+    /// Delete the rows with these keys; only key columns are read.
+    Delete,
+}
+
+/// A changelog row kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Insert,
+    UpdateBefore,
+    UpdateAfter,
+    Delete,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Insert => "+I",
+            ChangeKind::UpdateBefore => "-U",
+            ChangeKind::UpdateAfter => "+U",
+            ChangeKind::Delete => "-D",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "+I" => ChangeKind::Insert,
+            "-U" => ChangeKind::UpdateBefore,
+            "+U" => ChangeKind::UpdateAfter,
+            "-D" => ChangeKind::Delete,
+            _ => return None,
+        })
+    }
+}
+
+type Db = DBWithThreadMode<MultiThreaded>;
+
+/// The store's one RocksDB: a column family per primary-key table.
+pub struct StateDb {
+    db: Db,
+}
+
+impl std::fmt::Debug for StateDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateDb")
+            .field("path", &self.db.path())
+            .finish()
+    }
+}
+
+fn rocks(what: &str, e: rocksdb::Error) -> StoreError {
+    StoreError::Unavailable(format!("primary-key state: {what}: {e}"))
+}
+
+impl StateDb {
+    /// Opens (creating) the RocksDB at `path` with every column family it has.
+    pub fn open(path: &Path) -> Result<Arc<Self>> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let mut names = Db::list_cf(&options, path).unwrap_or_default();
+        for required in ["default", APPLIED_CF] {
+            if !names.iter().any(|n| n == required) {
+                names.push(required.to_owned());
+            }
+        }
+        let cfs = names
+            .iter()
+            .map(|n| ColumnFamilyDescriptor::new(n, Options::default()));
+        let db = Db::open_cf_descriptors(&options, path, cfs).map_err(|e| rocks("open", e))?;
+        Ok(Arc::new(Self { db }))
+    }
+
+    fn cf(&self, name: &str) -> Result<Arc<BoundColumnFamily<'_>>> {
+        if let Some(cf) = self.db.cf_handle(name) {
+            return Ok(cf);
+        }
+        self.db
+            .create_cf(name, &Options::default())
+            .map_err(|e| rocks("create column family", e))?;
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StoreError::Unavailable(format!("column family {name} vanished")))
+    }
+}
+
+/// One primary-key table's state.
+pub struct PkState {
+    db: Arc<StateDb>,
+    cf_name: String,
+    key_indices: Vec<usize>,
+    keys: RowConverter,
+    rows: RowConverter,
+    stored: SchemaRef,
+    log_schema: SchemaRef,
+}
+
+impl std::fmt::Debug for PkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PkState")
+            .field("cf", &self.cf_name)
+            .finish()
+    }
+}
+
+/// The schema of a primary-key table's log: the stored columns, then `_change`.
+pub fn changelog_schema(stored: &Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = stored.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// The changes one bucket's write makes: changelog rows and the final state per key.
+#[derive(Debug)]
+pub(crate) struct BucketChanges {
+    /// In the log schema; `None` when nothing changed.
+    pub changelog: Option<RecordBatch>,
+    /// Final value per key (`None`: deleted), to apply once the changelog is durable.
+    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Rows of the input whose delete found no current row.
+    pub missing: Vec<usize>,
+}
+
+impl PkState {
+    pub(crate) fn new(db: Arc<StateDb>, def: &TableDef) -> Result<Self> {
+        let TableKind::PrimaryKey { columns } = def.kind() else {
+            return Err(StoreError::InvalidDefinition(format!(
+                "{} is not a primary-key table",
+                def.name()
+            )));
+        };
+        let stored = Arc::clone(def.stored_schema());
+        let key_indices = columns
+            .iter()
+            .map(|c| stored.index_of(c))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let sort = |i: &usize| SortField::new(stored.field(*i).data_type().clone());
+        let keys = RowConverter::new(key_indices.iter().map(sort).collect())?;
+        let rows = RowConverter::new((0..stored.fields().len()).map(|i| sort(&i)).collect())?;
+        let cf_name = def.name().to_string();
+        db.cf(&cf_name)?;
+        Ok(Self {
+            db,
+            cf_name,
+            key_indices,
+            keys,
+            rows,
+            log_schema: changelog_schema(&stored),
+            stored,
+        })
+    }
+
+    pub fn log_schema(&self) -> &SchemaRef {
+        &self.log_schema
+    }
+
+    pub fn key_indices(&self) -> &[usize] {
+        &self.key_indices
+    }
+
+    fn applied_key(&self, bucket: u32) -> Vec<u8> {
+        format!("{}/{bucket}", self.cf_name).into_bytes()
+    }
+
+    /// The log offset the bucket's state reflects (rows `[0, applied)` are applied).
+    pub fn applied(&self, bucket: u32) -> Result<u64> {
+        let cf = self.db.cf(APPLIED_CF)?;
+        let v = self
+            .db
+            .db
+            .get_cf(&cf, self.applied_key(bucket))
+            .map_err(|e| rocks("read applied offset", e))?;
+        Ok(v.and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0))
+    }
+
+    /// The RocksDB keys of `batch`'s rows (which hold the key columns by name).
+    pub(crate) fn encode_keys(&self, bucket: &[u32], batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let columns = self
+            .key_indices
+            .iter()
+            .map(|i| {
+                let name = self.stored.field(*i).name();
+                batch.column_by_name(name).cloned().ok_or_else(|| {
+                    StoreError::InvalidRequest(format!("key column {name} is missing"))
+                })
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let rows = self.keys.convert_columns(&columns)?;
+        Ok((0..batch.num_rows())
+            .map(|i| {
+                let mut k = Vec::with_capacity(4 + rows.row(i).as_ref().len());
+                k.extend_from_slice(&bucket[i].to_be_bytes());
+                k.extend_from_slice(rows.row(i).as_ref());
+                k
+            })
+            .collect())
+    }
+
+    fn encode_rows(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let rows = self.rows.convert_columns(batch.columns())?;
+        let count = (batch.num_columns() as u32).to_be_bytes();
+        Ok((0..batch.num_rows())
+            .map(|i| {
+                let r = rows.row(i);
+                let mut v = Vec::with_capacity(5 + r.as_ref().len());
+                v.push(VALUE_FORMAT);
+                v.extend_from_slice(&count);
+                v.extend_from_slice(r.as_ref());
+                v
+            })
+            .collect())
+    }
+
+    /// Decodes stored values into a batch of the stored schema.
+    pub(crate) fn decode_rows<'a>(
+        &self,
+        values: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<RecordBatch> {
+        let parser = self.rows.parser();
+        let mut rows = Vec::new();
+        for v in values {
+            if v.len() < 5 || v[0] != VALUE_FORMAT {
+                return Err(StoreError::corrupt(
+                    Path::new(&self.cf_name),
+                    "a stored row has an unknown format",
+                ));
+            }
+            let count = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize;
+            if count != self.stored.fields().len() {
+                return Err(StoreError::corrupt(
+                    Path::new(&self.cf_name),
+                    format!(
+                        "a stored row has {count} columns, the table {}",
+                        self.stored.fields().len()
+                    ),
+                ));
+            }
+            rows.push(parser.parse(&v[5..]));
+        }
+        if rows.is_empty() {
+            return Ok(RecordBatch::new_empty(Arc::clone(&self.stored)));
+        }
+        let columns = self.rows.convert_rows(rows)?;
+        Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
+    }
+
+    /// The current values of `keys` (one RocksDB `multi_get`).
+    pub(crate) fn get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let cf = self.db.cf(&self.cf_name)?;
+        self.db
+            .db
+            .multi_get_cf(keys.iter().map(|k| (&cf, k.as_slice())))
+            .into_iter()
+            .map(|r| r.map_err(|e| rocks("multi_get", e)))
+            .collect()
+    }
+
+    /// Works out what `batch` (rows of one bucket, in the stored schema for upserts, or
+    /// holding the key columns for deletes) changes, reading the current rows. The
+    /// caller holds the bucket's lock from here until [`PkState::apply`].
+    pub(crate) fn changes(
+        &self,
+        keys: &[Vec<u8>],
+        batch: &RecordBatch,
+        op: ChangeOp,
+    ) -> Result<BucketChanges> {
+        let mut unique: Vec<Vec<u8>> = keys.to_vec();
+        unique.sort();
+        unique.dedup();
+        let current = self.get_many(&unique)?;
+        let mut state: HashMap<&[u8], Option<Vec<u8>>> =
+            unique.iter().map(Vec::as_slice).zip(current).collect();
+        let new_values = match op {
+            ChangeOp::Upsert => Some(self.encode_rows(batch)?),
+            ChangeOp::Delete => None,
+        };
+        let mut log_rows: Vec<(ChangeKind, Vec<u8>)> = Vec::new();
+        let mut missing = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = state
+                .get_mut(key.as_slice())
+                .ok_or_else(|| StoreError::Unavailable("a key vanished mid-write".into()))?;
+            match (&new_values, slot.take()) {
+                (Some(values), None) => {
+                    log_rows.push((ChangeKind::Insert, values[i].clone()));
+                    *slot = Some(values[i].clone());
+                }
+                (Some(values), Some(old)) => {
+                    log_rows.push((ChangeKind::UpdateBefore, old));
+                    log_rows.push((ChangeKind::UpdateAfter, values[i].clone()));
+                    *slot = Some(values[i].clone());
+                }
+                (None, Some(old)) => log_rows.push((ChangeKind::Delete, old)),
+                (None, None) => missing.push(i),
+            }
+        }
+        let changelog = if log_rows.is_empty() {
+            None
+        } else {
+            let rows = self.decode_rows(log_rows.iter().map(|(_, v)| v.as_slice()))?;
+            let kinds = StringArray::from_iter_values(log_rows.iter().map(|(k, _)| k.as_str()));
+            let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(kinds));
+            Some(RecordBatch::try_new(Arc::clone(&self.log_schema), columns)?)
+        };
+        let writes = state.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
+        Ok(BucketChanges {
+            changelog,
+            writes,
+            missing,
+        })
+    }
+
+    /// Applies a bucket's final values and records that the state reflects its log up to
+    /// `applied`, in one atomic RocksDB write (no WAL: the log is the WAL).
+    pub(crate) fn apply(
+        &self,
+        bucket: u32,
+        writes: &[(Vec<u8>, Option<Vec<u8>>)],
+        applied: u64,
+    ) -> Result<()> {
+        let cf = self.db.cf(&self.cf_name)?;
+        let meta = self.db.cf(APPLIED_CF)?;
+        let mut batch = WriteBatch::default();
+        for (k, v) in writes {
+            match v {
+                Some(v) => batch.put_cf(&cf, k, v),
+                None => batch.delete_cf(&cf, k),
+            }
+        }
+        batch.put_cf(&meta, self.applied_key(bucket), applied.to_be_bytes());
+        let mut options = WriteOptions::default();
+        options.disable_wal(true);
+        self.db
+            .db
+            .write_opt(batch, &options)
+            .map_err(|e| rocks("write", e))
+    }
+
+    pub(crate) fn apply_changes(
+        &self,
+        bucket: u32,
+        changes: &BucketChanges,
+        applied: u64,
+    ) -> Result<()> {
+        self.apply(bucket, &changes.writes, applied)
+    }
+
+    /// Replays changelog rows (log schema) read from offset `applied` on: `+I`/`+U` put
+    /// the row, `-D` deletes it, `-U` changes nothing.
+    pub(crate) fn replay(&self, bucket: u32, batch: &RecordBatch, applied: u64) -> Result<()> {
+        let kinds = batch
+            .column_by_name(CHANGE_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| {
+                StoreError::corrupt(Path::new(&self.cf_name), "changelog without _change")
+            })?;
+        let stored = batch.project(&(0..self.stored.fields().len()).collect::<Vec<_>>())?;
+        let keys = self.encode_keys(&vec![bucket; batch.num_rows()], &stored)?;
+        let values = self.encode_rows(&stored)?;
+        let mut writes = Vec::with_capacity(batch.num_rows());
+        for (i, key) in keys.into_iter().enumerate() {
+            match ChangeKind::parse(kinds.value(i)) {
+                Some(ChangeKind::Insert | ChangeKind::UpdateAfter) => {
+                    writes.push((key, Some(values[i].clone())))
+                }
+                Some(ChangeKind::Delete) => writes.push((key, None)),
+                Some(ChangeKind::UpdateBefore) => {}
+                None => {
+                    return Err(StoreError::corrupt(
+                        Path::new(&self.cf_name),
+                        format!("unknown change kind {:?}", kinds.value(i)),
+                    ));
+                }
+            }
+        }
+        self.apply(bucket, &writes, applied)
+    }
+
+    /// Every current row of `bucket` in key order, `chunk` rows per batch, read from a
+    /// consistent RocksDB snapshot taken now.
+    pub(crate) fn scan_bucket(&self, bucket: u32, chunk: usize) -> Result<Vec<RecordBatch>> {
+        let cf = self.db.cf(&self.cf_name)?;
+        let snapshot = self.db.db.snapshot();
+        let prefix = bucket.to_be_bytes();
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(rocksdb::PrefixRange(&prefix[..]));
+        let mut out = Vec::new();
+        let mut values: Vec<Box<[u8]>> = Vec::with_capacity(chunk);
+        for item in snapshot.iterator_cf_opt(&cf, options, rocksdb::IteratorMode::Start) {
+            let (_, v) = item.map_err(|e| rocks("scan", e))?;
+            values.push(v);
+            if values.len() == chunk {
+                out.push(self.decode_rows(values.iter().map(|v| v.as_ref()))?);
+                values.clear();
+            }
+        }
+        if !values.is_empty() {
+            out.push(self.decode_rows(values.iter().map(|v| v.as_ref()))?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,545 @@
+//! Primary-key tables: the changelog records of inserts, updates and deletes, lookups,
+//! current state, replay of the state from the log, and refused input.
+
+use std::sync::Arc;
+
+use arrow_array::TimestampMicrosecondArray;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use hotgate_store::{ChangeOp, ScanRequest, Store, TableName, TableSpec};
+
+use crate::common::*;
+
+fn users_spec() -> TableSpec {
+    serde_json::from_value(serde_json::json!({
+        "namespace": "app", "name": "users",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "name", "type": "string", "nullable": false},
+            {"name": "score", "type": "float64"},
+            {"name": "ts", "type": "timestamp_us", "nullable": false}
+        ],
+        "time_column": "ts", "bucket_key": "id", "buckets": 2, "primary_key": ["id"]
+    }))
+    .unwrap()
+}
+
+fn users() -> TableName {
+    TableName::new("app", "users").unwrap()
+}
+
+fn rows(ids: &[i64], names: &[&str], scores: &[Option<f64>], ts: &[i64]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("score", DataType::Float64, true),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from(names.to_vec())),
+            Arc::new(Float64Array::from(scores.to_vec())),
+            Arc::new(TimestampMicrosecondArray::from(ts.to_vec()).with_timezone("UTC")),
+        ],
+    )
+    .unwrap()
+}
+
+fn keys(ids: &[i64]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef],
+    )
+    .unwrap()
+}
+
+/// One changelog record as read back from the log.
+#[derive(Debug, PartialEq)]
+struct Change {
+    offset: u64,
+    kind: String,
+    id: i64,
+    name: String,
+    score: Option<f64>,
+    ts: i64,
+}
+
+fn changelog(store: &Store) -> Vec<Change> {
+    let table = store.table(&users()).unwrap();
+    let mut out = Vec::new();
+    for item in table.scan(&ScanRequest::default()).unwrap() {
+        let item = item.unwrap();
+        let b = &item.batch;
+        assert_eq!(b.num_rows() as u64, item.offsets.end - item.offsets.start);
+        for r in 0..b.num_rows() {
+            let score = b
+                .column_by_name("score")
+                .unwrap()
+                .as_primitive::<Float64Type>();
+            out.push(Change {
+                offset: item.offsets.start + r as u64,
+                kind: b
+                    .column_by_name("_change")
+                    .unwrap()
+                    .as_string::<i32>()
+                    .value(r)
+                    .into(),
+                id: b
+                    .column_by_name("id")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .value(r),
+                name: b
+                    .column_by_name("name")
+                    .unwrap()
+                    .as_string::<i32>()
+                    .value(r)
+                    .into(),
+                score: score.is_valid(r).then(|| score.value(r)),
+                ts: b
+                    .column_by_name("ts")
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .value(r),
+            });
+        }
+    }
+    out
+}
+
+fn change(offset: u64, kind: &str, id: i64, name: &str, score: Option<f64>, ts: i64) -> Change {
+    Change {
+        offset,
+        kind: kind.into(),
+        id,
+        name: name.into(),
+        score,
+        ts,
+    }
+}
+
+fn state(store: &Store) -> Vec<(i64, String, Option<f64>)> {
+    let table = store.table(&users()).unwrap();
+    let mut out: Vec<_> = table
+        .current_rows(2)
+        .unwrap()
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column(0).as_primitive::<Int64Type>().clone();
+            let names = b.column(1).as_string::<i32>().clone();
+            let scores = b.column(2).as_primitive::<Float64Type>().clone();
+            (0..b.num_rows())
+                .map(|r| {
+                    (
+                        ids.value(r),
+                        names.value(r).to_owned(),
+                        scores.is_valid(r).then(|| scores.value(r)),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort_by_key(|r| r.0);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_update_delete_write_exact_changelog_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(users_spec()).await.unwrap();
+
+    let r = table
+        .write_changes(&rows(&[7], &["ann"], &[Some(1.5)], &[T0]), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    assert_eq!((r.rows, r.changes, r.missing), (1, 1, 0));
+    let r = table
+        .write_changes(
+            &rows(&[7], &["ann b"], &[None], &[T0 + 1]),
+            ChangeOp::Upsert,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.changes, r.parts[0].start_offset, r.parts[0].end_offset),
+        (2, 1, 3)
+    );
+    // A delete reads only the key columns; a delete of a missing key writes nothing.
+    let r = table
+        .write_changes(&keys(&[7, 8]), ChangeOp::Delete)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.rows, r.changes, r.missing, r.missing_rows.clone()),
+        (2, 1, 1, vec![1])
+    );
+    let r = table
+        .write_changes(&keys(&[8]), ChangeOp::Delete)
+        .await
+        .unwrap();
+    assert_eq!((r.changes, r.missing, r.parts.len()), (0, 1, 0));
+
+    assert_eq!(
+        changelog(&store),
+        [
+            change(0, "+I", 7, "ann", Some(1.5), T0),
+            change(1, "-U", 7, "ann", Some(1.5), T0),
+            change(2, "+U", 7, "ann b", None, T0 + 1),
+            change(3, "-D", 7, "ann b", None, T0 + 1),
+        ]
+    );
+    assert!(state(&store).is_empty());
+
+    // Several changes of one key in one batch apply in order.
+    table
+        .write_changes(
+            &rows(
+                &[1, 2, 1],
+                &["a", "b", "a2"],
+                &[Some(1.0), Some(2.0), Some(3.0)],
+                &[T0; 3],
+            ),
+            ChangeOp::Upsert,
+        )
+        .await
+        .unwrap();
+    // Logs are read bucket by bucket; within a key the order is the write order.
+    let kinds: Vec<(String, i64, String)> = changelog(&store)
+        .into_iter()
+        .filter(|c| c.id != 7)
+        .map(|c| (c.kind, c.id, c.name))
+        .collect();
+    let mut kinds_sorted = kinds.clone();
+    kinds_sorted.sort_by_key(|k| k.1);
+    assert_eq!(
+        kinds_sorted,
+        [
+            ("+I".into(), 1, "a".into()),
+            ("-U".into(), 1, "a".into()),
+            ("+U".into(), 1, "a2".into()),
+            ("+I".into(), 2, "b".into()),
+        ]
+    );
+    assert_eq!(
+        state(&store),
+        [(1, "a2".into(), Some(3.0)), (2, "b".into(), Some(2.0))]
+    );
+
+    // Lookups: request order, missing keys named by their index.
+    let found = table.lookup(&keys(&[2, 99, 1])).unwrap();
+    let ids = found
+        .rows
+        .column(0)
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    assert_eq!(ids, [2, 1]);
+    assert_eq!(found.missing, [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_is_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path()).await;
+        let table = store.create_table(users_spec()).await.unwrap();
+        for i in 0..50i64 {
+            let ids: Vec<i64> = (0..20).map(|k| (i * 7 + k) % 30).collect();
+            let names: Vec<String> = ids.iter().map(|id| format!("n{id}-{i}")).collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            table
+                .write_changes(
+                    &rows(&ids, &names, &vec![Some(i as f64); 20], &vec![T0 + i; 20]),
+                    ChangeOp::Upsert,
+                )
+                .await
+                .unwrap();
+            if i % 5 == 0 {
+                table
+                    .write_changes(&keys(&[i % 30, (i + 11) % 30]), ChangeOp::Delete)
+                    .await
+                    .unwrap();
+            }
+        }
+        store.close().await;
+    }
+    let before = {
+        let store = open(dir.path()).await;
+        let s = state(&store);
+        store.close().await;
+        s
+    };
+    assert!(!before.is_empty());
+    // Lose the whole RocksDB state: the log alone rebuilds it.
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    let store = open(dir.path()).await;
+    assert_eq!(state(&store), before);
+    // And the changelog folds to the same state.
+    let mut folded = std::collections::BTreeMap::new();
+    for c in changelog(&store) {
+        match c.kind.as_str() {
+            "+I" | "+U" => {
+                folded.insert(c.id, (c.name, c.score));
+            }
+            "-D" => {
+                folded.remove(&c.id);
+            }
+            _ => {}
+        }
+    }
+    let folded: Vec<_> = folded.into_iter().map(|(id, (n, s))| (id, n, s)).collect();
+    assert_eq!(folded, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_changes_are_refused_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(users_spec()).await.unwrap();
+    // A delete without the key column.
+    let no_key = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false)])),
+        vec![Arc::new(StringArray::from(vec!["x"])) as ArrayRef],
+    )
+    .unwrap();
+    let e = table
+        .write_changes(&no_key, ChangeOp::Delete)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("missing key column \"id\""), "{e}");
+    // A null key.
+    let null_key = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)])),
+        vec![Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef],
+    )
+    .unwrap();
+    let e = table
+        .write_changes(&null_key, ChangeOp::Delete)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("null in row 1"), "{e}");
+    let e = table.lookup(&null_key).unwrap_err();
+    assert!(e.to_string().contains("lookup"), "{e}");
+    // A mistyped lookup key.
+    let wrong = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, false)])),
+        vec![Arc::new(StringArray::from(vec!["1"])) as ArrayRef],
+    )
+    .unwrap();
+    let e = table.lookup(&wrong).unwrap_err();
+    assert!(
+        e.to_string().contains("has type Utf8, expected Int64"),
+        "{e}"
+    );
+    // Appends are for log tables.
+    let e = table
+        .append(&rows(&[1], &["a"], &[None], &[T0]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("primary-key table"), "{e}");
+    assert!(changelog(&store).is_empty());
+    // A primary key without the bucket key is refused at creation.
+    let mut spec = users_spec();
+    spec.name = "other".into();
+    spec.primary_key = Some(vec!["name".into()]);
+    let e = store.create_table(spec).await.unwrap_err();
+    assert!(
+        e.to_string().contains("must contain the bucket_key id"),
+        "{e}"
+    );
+}
+
+const PK_CHILD_DIR_ENV: &str = "HOTGATE_PK_KILL9_DIR";
+const PK_CHILD_SEED_ENV: &str = "HOTGATE_PK_KILL9_SEED";
+const PK_TASKS: i64 = 4;
+
+/// The writing child of `kill_9_keeps_state_and_changelog_in_step`: 4 tasks upsert and
+/// delete their own keys (key % 4 == task), one write at a time, printing `BEGIN` before
+/// and `ACK` after each acknowledged write.
+#[test]
+#[ignore = "child process of kill_9_keeps_state_and_changelog_in_step"]
+fn pk_kill9_child() {
+    use std::io::Write;
+    let Ok(dir) = std::env::var(PK_CHILD_DIR_ENV) else {
+        return;
+    };
+    let seed: i64 = std::env::var(PK_CHILD_SEED_ENV).unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let store = Arc::new(open(std::path::Path::new(&dir)).await);
+        let table = store.create_table(users_spec()).await.unwrap();
+        let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+        let tasks: Vec<_> = (0..PK_TASKS)
+            .map(|t| {
+                let (table, out) = (Arc::clone(&table), Arc::clone(&out));
+                tokio::spawn(async move {
+                    let mut n = seed * 1_000_000 + t * 100_000;
+                    loop {
+                        n += 1;
+                        let key = t + PK_TASKS * (n * 7919 % 50);
+                        let delete = n % 5 == 0;
+                        {
+                            let mut o = out.lock().unwrap();
+                            let op = if delete { "D" } else { "U" };
+                            writeln!(o, "BEGIN {t} {op} {key} {n}").unwrap();
+                            o.flush().unwrap();
+                        }
+                        if delete {
+                            table
+                                .write_changes(&keys(&[key]), ChangeOp::Delete)
+                                .await
+                                .unwrap();
+                        } else {
+                            let name = format!("v{n}");
+                            table
+                                .write_changes(
+                                    &rows(&[key], &[&name], &[Some(n as f64)], &[T0 + n]),
+                                    ChangeOp::Upsert,
+                                )
+                                .await
+                                .unwrap();
+                        }
+                        let mut o = out.lock().unwrap();
+                        writeln!(o, "ACK {t}").unwrap();
+                        o.flush().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_keeps_state_and_changelog_in_step() {
+    use std::collections::HashMap;
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    // key -> name of its current row (None: deleted or never written).
+    let mut expected: HashMap<i64, Option<String>> = HashMap::new();
+    for round in 1..=3i64 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "primary_key::pk_kill9_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(PK_CHILD_DIR_ENV, dir.path())
+            .env(PK_CHILD_SEED_ENV, round.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut lines = Vec::new();
+        let start = Instant::now();
+        while lines
+            .iter()
+            .filter(|l: &&String| l.starts_with("ACK"))
+            .count()
+            < 40
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the child never wrote"
+            );
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+                lines.push(l);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50 * round as u64));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
+        // Fold the acknowledged writes; the one write per task still in flight may or
+        // may not have landed.
+        let mut pending: HashMap<i64, (i64, Option<String>)> = HashMap::new();
+        for l in lines {
+            // libtest prints `test <name> ... ` before the child's first line.
+            let l = ["BEGIN ", "ACK "]
+                .iter()
+                .filter_map(|m| l.find(m))
+                .min()
+                .map_or("", |at| &l[at..]);
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            match parts.as_slice() {
+                ["BEGIN", t, op, key, n] => {
+                    let value = (*op == "U").then(|| format!("v{n}"));
+                    pending.insert(t.parse().unwrap(), (key.parse().unwrap(), value));
+                }
+                ["ACK", t] => {
+                    if let Some((key, value)) = pending.remove(&t.parse::<i64>().unwrap()) {
+                        expected.insert(key, value);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let store = open(dir.path()).await;
+        let actual: HashMap<i64, String> =
+            state(&store).into_iter().map(|(k, n, _)| (k, n)).collect();
+        let in_flight: HashMap<i64, Option<String>> = pending.into_values().collect();
+        for key in expected
+            .keys()
+            .chain(actual.keys())
+            .chain(in_flight.keys())
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            let got = actual.get(&key).cloned();
+            let acked = expected.get(&key).cloned().flatten();
+            let ok = got == acked || in_flight.get(&key).is_some_and(|v| *v == got);
+            assert!(
+                ok,
+                "round {round} key {key}: state {got:?}, acknowledged {acked:?}, in flight {:?}",
+                in_flight.get(&key)
+            );
+            expected.insert(key, got);
+        }
+        // The changelog folds to exactly the state: no change is in only one of them.
+        let mut folded: HashMap<i64, String> = HashMap::new();
+        for c in changelog(&store) {
+            match c.kind.as_str() {
+                "+I" | "+U" => {
+                    folded.insert(c.id, c.name);
+                }
+                "-D" => {
+                    folded.remove(&c.id);
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(folded, actual, "round {round}");
+        store.close().await;
+    }
+}
