@@ -14,6 +14,24 @@ use crate::table::{TableDef, UTC};
 /// Time-zone labels accepted as UTC for `timestamp_us` columns.
 const UTC_ALIASES: [&str; 5] = ["+00:00", "UTC", "Z", "Etc/UTC", "+0000"];
 
+/// `array` as the stored type `expected`: unchanged when the types match, relabelled
+/// when it is a µs timestamp in another spelling of UTC; `None` otherwise.
+fn as_stored(expected: &DataType, array: &ArrayRef) -> Option<ArrayRef> {
+    match (expected, array.data_type()) {
+        (expected, got) if expected == got => Some(Arc::clone(array)),
+        (
+            DataType::Timestamp(TimeUnit::Microsecond, Some(_)),
+            DataType::Timestamp(TimeUnit::Microsecond, Some(tz)),
+        ) if UTC_ALIASES.contains(&tz.as_ref()) => Some(Arc::new(
+            array
+                .as_primitive::<TimestampMicrosecondType>()
+                .clone()
+                .with_timezone(UTC),
+        )),
+        _ => None,
+    }
+}
+
 /// Checks `batch` against `def` and returns it in the stored schema: columns in table
 /// order, field metadata attached, missing nullable columns filled with nulls, and
 /// columns the table drops (`write: drop`) left out.
@@ -58,18 +76,10 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
                 field.data_type()
             )));
         };
-        let array = match (field.data_type(), array.data_type()) {
-            (expected, got) if expected == got => Arc::clone(array),
-            (
-                DataType::Timestamp(TimeUnit::Microsecond, Some(_)),
-                DataType::Timestamp(TimeUnit::Microsecond, Some(tz)),
-            ) if UTC_ALIASES.contains(&tz.as_ref()) => Arc::new(
-                array
-                    .as_primitive::<TimestampMicrosecondType>()
-                    .clone()
-                    .with_timezone(UTC),
-            ) as ArrayRef,
-            (expected, got) => {
+        let array = match as_stored(field.data_type(), array) {
+            Some(a) => a,
+            None => {
+                let (expected, got) = (field.data_type(), array.data_type());
                 let hint = if matches!(expected, DataType::Timestamp(..)) {
                     " (send timestamps in microseconds with time zone UTC)"
                 } else {
@@ -125,23 +135,13 @@ pub(crate) fn key_columns(def: &TableDef, batch: &RecordBatch, what: &str) -> Re
                 keys.join(", ")
             ))
         })?;
-        let array = match (field.data_type(), array.data_type()) {
-            (expected, got) if expected == got => Arc::clone(array),
-            (
-                DataType::Timestamp(TimeUnit::Microsecond, Some(_)),
-                DataType::Timestamp(TimeUnit::Microsecond, Some(tz)),
-            ) if UTC_ALIASES.contains(&tz.as_ref()) => Arc::new(
-                array
-                    .as_primitive::<TimestampMicrosecondType>()
-                    .clone()
-                    .with_timezone(UTC),
-            ) as ArrayRef,
-            (expected, got) => {
-                return Err(bad(format!(
-                    "key column {key:?} has type {got}, expected {expected}"
-                )));
-            }
-        };
+        let array = as_stored(field.data_type(), array).ok_or_else(|| {
+            bad(format!(
+                "key column {key:?} has type {}, expected {}",
+                array.data_type(),
+                field.data_type()
+            ))
+        })?;
         if array.null_count() > 0 {
             let row = (0..batch.num_rows())
                 .find(|r| array.is_null(*r))

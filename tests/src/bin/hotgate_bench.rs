@@ -759,32 +759,8 @@ async fn bench() -> BenchResult<()> {
         let _ = stop_rx.await;
     }));
     let http = reqwest::Client::new();
-    let start = Instant::now();
-    loop {
-        if let Ok(r) = http
-            .get(format!("http://{}/healthz", config.http_addr))
-            .send()
-            .await
-            && r.status().is_success()
-        {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            return Err("the gateway did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for spec in [fresh_spec(), wide_spec()] {
-        let r = http
-            .post(format!("http://{}/v1/tables", config.http_addr))
-            .bearer_auth(&token)
-            .json(&spec)
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            return Err(format!("create table: {}", r.text().await?).into());
-        }
-    }
+    wait_healthy(&config).await?;
+    create_tables(&config, &token, &[fresh_spec(), wide_spec()]).await?;
 
     let rate: f64 = std::env::var("HOTGATE_BENCH_RATE")
         .ok()
