@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::RecordBatch;
+use arrow_array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -17,11 +17,13 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
-use arrow_schema::SchemaRef;
+use arrow_schema::{DataType, Field, SchemaRef};
 use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::{Principal, Privilege, SecureView};
-use hotgate_store::{HotTable, LogId, ScanRequest, TableName};
+use hotgate_store::{
+    CHANGE_COLUMN, ChangeOp, HotTable, LogId, ScanRequest, TableName, change_meta_fields,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -103,7 +105,7 @@ impl HotgateFlight {
         principal: &Principal,
         ticket: &[u8],
         audit: &mut CallAudit,
-    ) -> Result<(SchemaRef, BatchStream, &'static str)> {
+    ) -> Result<OpenedRead> {
         let command = ticket::parse(ticket)?;
         audit.set_action(command.kind());
         audit.set_table(command.table());
@@ -115,7 +117,12 @@ impl HotgateFlight {
                 let df = plan_scan(table, &view, &scan).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
-                (schema, stream.map_err(GatewayError::from).boxed(), "scan")
+                OpenedRead {
+                    schema,
+                    batches: stream.map_err(GatewayError::from).boxed(),
+                    kind: "scan",
+                    trailer: None,
+                }
             }
             Command::Changelog(c) => {
                 let recheck = Recheck {
@@ -130,11 +137,16 @@ impl HotgateFlight {
                     recheck,
                     self.state.shutdown.clone(),
                 )?;
-                (schema, stream, "changelog")
+                OpenedRead {
+                    schema,
+                    batches: stream,
+                    kind: "changelog",
+                    trailer: None,
+                }
             }
-            Command::Lookup { table } => return Err(lookup_unsupported(&table)),
+            Command::Lookup(l) => lookup(&self.state.governance, table, &view, l).await?,
         };
-        audit.set_view(&view, &opened.0);
+        audit.set_view(&view, &opened.schema);
         Ok(opened)
     }
 
@@ -147,7 +159,12 @@ impl HotgateFlight {
         let ticket = request.into_inner().ticket;
         audit.set_request(&ticket);
         let started = Instant::now();
-        let (schema, batches, kind) = match self.open_read(&principal, &ticket, &mut audit).await {
+        let OpenedRead {
+            schema,
+            batches,
+            kind,
+            trailer,
+        } = match self.open_read(&principal, &ticket, &mut audit).await {
             Ok(opened) => opened,
             Err(e) => {
                 audit.deny(&e).await;
@@ -182,29 +199,33 @@ impl HotgateFlight {
                 futures::stream::once(async move { ended.finished() })
                     .filter_map(|()| async { None::<Result<RecordBatch>> }),
             );
-        let encoded = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches.map_err(|e| FlightError::ExternalError(Box::new(e))))
-            .map(move |item| {
-                let _ = &timer; // observed when the stream is dropped
-                match item {
-                    Ok(data) => {
-                        completion
-                            .add_bytes((data.data_header.len() + data.data_body.len()) as u64);
-                        Ok(data)
-                    }
-                    Err(e) => {
-                        let status = flight_error_to_status(e);
-                        errors.with_label_values(&[code_name(status.code())]).inc();
-                        completion.failed(&format!(
-                            "{}: {}",
-                            code_name(status.code()),
-                            status.message()
-                        ));
-                        Err(status)
-                    }
+        let batches = batches.map_err(|e| FlightError::ExternalError(Box::new(e)));
+        let encoded = match trailer {
+            None => FlightDataEncoderBuilder::new()
+                .with_schema(schema)
+                .build(batches)
+                .boxed(),
+            Some(metadata) => with_metadata(schema, batches.boxed(), metadata),
+        };
+        let encoded = encoded.map(move |item| {
+            let _ = &timer; // observed when the stream is dropped
+            match item {
+                Ok(data) => {
+                    completion.add_bytes((data.data_header.len() + data.data_body.len()) as u64);
+                    Ok(data)
                 }
-            });
+                Err(e) => {
+                    let status = flight_error_to_status(e);
+                    errors.with_label_values(&[code_name(status.code())]).inc();
+                    completion.failed(&format!(
+                        "{}: {}",
+                        code_name(status.code()),
+                        status.message()
+                    ));
+                    Err(status)
+                }
+            }
+        });
         let failed = self.state.metrics.errors.clone();
         let gated = futures::stream::once(async move {
             match record.durable().await {
@@ -295,10 +316,7 @@ impl HotgateFlight {
                 (schema, tickets)
             }
             Command::Changelog(c) => {
-                let schema = match &c.columns {
-                    Some(cols) => check_columns(&view, cols)?,
-                    None => Arc::clone(view.schema()),
-                };
+                let schema = changelog_schema(&table, &view, c.columns.as_deref())?;
                 let cmd = match descriptor.r#type() {
                     DescriptorType::Cmd => descriptor.cmd.to_vec(),
                     _ => serde_json::to_vec(&TicketJson {
@@ -309,7 +327,16 @@ impl HotgateFlight {
                 };
                 (schema.as_ref().clone(), vec![cmd])
             }
-            Command::Lookup { table } => return Err(lookup_unsupported(&table)),
+            Command::Lookup(l) => {
+                if !table.is_primary_key() {
+                    return Err(lookup_unsupported(&l.table));
+                }
+                let schema = match &l.columns {
+                    Some(cols) => check_columns(&view, cols)?,
+                    None => Arc::clone(view.schema()),
+                };
+                (schema.as_ref().clone(), vec![descriptor.cmd.to_vec()])
+            }
         };
         audit.set_view(&view, &schema);
         let mut info = FlightInfo::new()
@@ -329,7 +356,7 @@ impl HotgateFlight {
         let principal = self.principal(&request)?;
         let mut audit = self.audit(&principal, &request, "write");
         let input = request.into_inner();
-        let (table, first, input) = match self.open_write(&principal, input, &mut audit).await {
+        let (table, op, first, input) = match self.open_write(&principal, input, &mut audit).await {
             Ok(opened) => opened,
             Err(e) => {
                 audit.deny(&e).await;
@@ -338,7 +365,17 @@ impl HotgateFlight {
         };
         // The write is on record before its first row is stored.
         let completion = audit.allow().await?;
-        self.run_write(table, first, input, completion)
+        if table.is_primary_key() {
+            self.run_changes(
+                table,
+                op.unwrap_or(ChangeOp::Upsert),
+                first,
+                input,
+                completion,
+            )
+        } else {
+            self.run_write(table, first, input, completion)
+        }
     }
 
     /// Reads the descriptor of a DoPut and authorizes the write.
@@ -347,7 +384,12 @@ impl HotgateFlight {
         principal: &Principal,
         mut input: Streaming<FlightData>,
         audit: &mut CallAudit,
-    ) -> Result<(Arc<HotTable>, FlightData, Streaming<FlightData>)> {
+    ) -> Result<(
+        Arc<HotTable>,
+        Option<ChangeOp>,
+        FlightData,
+        Streaming<FlightData>,
+    )> {
         let first = input
             .message()
             .await
@@ -355,16 +397,31 @@ impl HotgateFlight {
             .ok_or_else(|| GatewayError::InvalidArgument("DoPut stream is empty".into()))?;
         let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
             GatewayError::InvalidArgument(
-                "descriptor: the first DoPut message must carry a descriptor with path [namespace, table]".into(),
+                "descriptor: the first DoPut message must carry a descriptor: a path \
+                 [namespace, table] or a command {\"table\":\"ns.t\",\"op\":\"upsert\"}"
+                    .into(),
             )
         })?;
-        if descriptor.r#type() != DescriptorType::Path {
-            return Err(GatewayError::InvalidArgument(
-                "descriptor: DoPut takes a path descriptor [namespace, table]".into(),
-            ));
-        }
         audit.set_request(&descriptor_bytes(&descriptor));
-        let name = table_of_path(&descriptor.path)?;
+        let (name, op) = match descriptor.r#type() {
+            DescriptorType::Path => (table_of_path(&descriptor.path)?, None),
+            DescriptorType::Cmd => {
+                let cmd: PutCommand = serde_json::from_slice(&descriptor.cmd).map_err(|e| {
+                    GatewayError::InvalidArgument(format!(
+                        "descriptor: the DoPut command is not valid: {e}; expected \
+                         {{\"table\":\"ns.t\",\"op\":\"upsert\"|\"delete\"}}"
+                    ))
+                })?;
+                let name = TableName::parse(&cmd.table)
+                    .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))?;
+                (name, cmd.op)
+            }
+            DescriptorType::Unknown => {
+                return Err(GatewayError::InvalidArgument(
+                    "descriptor: DoPut takes a path [namespace, table] or a JSON command".into(),
+                ));
+            }
+        };
         audit.set_table(&name);
         if name.is_system() {
             return Err(GatewayError::PermissionDenied(format!(
@@ -372,7 +429,80 @@ impl HotgateFlight {
             )));
         }
         let table = self.table_for(principal, Privilege::TableWriteData, &name)?;
-        Ok((table, first, input))
+        if op.is_some() && !table.is_primary_key() {
+            return Err(GatewayError::InvalidArgument(format!(
+                "descriptor: op applies to primary-key tables; {name} is a log table, which \
+                 takes appends (leave op out)"
+            )));
+        }
+        Ok((table, op, first, input))
+    }
+
+    /// Applies a DoPut's batches to a primary-key table one at a time, in order, each
+    /// acknowledged once its changelog is durable and applied. A batch's result names
+    /// the deletes that found no row.
+    fn run_changes(
+        &self,
+        table: Arc<HotTable>,
+        op: ChangeOp,
+        first: FlightData,
+        input: Streaming<FlightData>,
+        completion: Completion,
+    ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
+        let rules = Governance::write_rules(table.def());
+        let governance = Arc::clone(&self.state.governance);
+        let data = futures::stream::once(async { Ok(first) })
+            .chain(input)
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let (tx, rx) = mpsc::channel::<Result<PutResult, Status>>(16);
+        let metrics = Arc::clone(&self.state.metrics);
+        // As for appends, a change in progress completes even if the caller goes away.
+        tokio::spawn(async move {
+            let mut failure: Option<GatewayError> = None;
+            while let Some(item) = batches.next().await {
+                let batch = match item {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failure = Some(GatewayError::InvalidArgument(format!(
+                            "DoPut stream could not be decoded as Arrow IPC: {e}"
+                        )));
+                        break;
+                    }
+                };
+                completion.add_bytes(batch.get_array_memory_size() as u64);
+                let written = match rules.apply(&batch, governance.hash_key()) {
+                    Ok(b) => table
+                        .write_changes(&b, op)
+                        .await
+                        .map_err(GatewayError::from),
+                    Err(e) => Err(e.into()),
+                };
+                match written {
+                    Ok(r) => {
+                        metrics.put_rows.inc_by(r.rows);
+                        completion.add_rows(r.rows);
+                        let message = serde_json::to_vec(&r)
+                            .map(|m| PutResult {
+                                app_metadata: m.into(),
+                            })
+                            .map_err(|e| Status::internal(e.to_string()));
+                        let _ = tx.send(message).await;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            completion.finished();
+            if let Some(e) = failure {
+                metrics.errors.with_label_values(&[e.code()]).inc();
+                completion.failed(&format!("{}: {e}", e.code()));
+                let _ = tx.send(Err(e.into())).await;
+            }
+        });
+        Ok(ReceiverStream::new(rx).boxed())
     }
 
     /// Streams a DoPut's batches into the table, acknowledging each once durable.
@@ -463,6 +593,27 @@ impl HotgateFlight {
         });
         Ok(ReceiverStream::new(rx).boxed())
     }
+}
+
+/// Encodes a small result as one record batch message (sent even when it has no rows)
+/// whose `app_metadata` is `metadata`: a metadata-only message is not decodable by every
+/// Flight client, a batch message's metadata is.
+fn with_metadata(
+    schema: SchemaRef,
+    batches: BoxStream<'static, std::result::Result<RecordBatch, FlightError>>,
+    metadata: bytes::Bytes,
+) -> BoxStream<'static, std::result::Result<FlightData, FlightError>> {
+    futures::stream::once(async move {
+        let batches: Vec<RecordBatch> = batches.try_collect().await?;
+        let batch = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
+        let mut data = arrow_flight::utils::batches_to_flight_data(&schema, vec![batch])?;
+        if let Some(last) = data.last_mut() {
+            last.app_metadata = metadata;
+        }
+        Ok::<_, FlightError>(futures::stream::iter(data.into_iter().map(Ok)))
+    })
+    .try_flatten()
+    .boxed()
 }
 
 /// Observes the read latency histogram when a read stream ends or is dropped.
@@ -581,11 +732,99 @@ impl Recheck {
     }
 }
 
+/// The schema a changelog sends: the caller's visible (or requested) columns, then for a
+/// primary-key table `_change`, `_bucket`, `_offset` and `_commit_ts`.
+fn changelog_schema(
+    table: &HotTable,
+    view: &SecureView,
+    columns: Option<&[String]>,
+) -> Result<SchemaRef> {
+    let visible = match columns {
+        Some(cols) => check_columns(view, cols)?,
+        None => Arc::clone(view.schema()),
+    };
+    if !table.is_primary_key() {
+        return Ok(visible);
+    }
+    let mut fields: Vec<Field> = visible
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
+    fields.extend(change_meta_fields());
+    Ok(Arc::new(arrow_schema::Schema::new(fields)))
+}
+
+/// Columns a primary-key changelog row carries after the stored ones.
+const CHANGE_TRAILING: usize = 4;
+
+/// Resolves a ticket's explicit start offsets to the table's logs.
+fn start_offsets(
+    table: &HotTable,
+    named: &std::collections::BTreeMap<String, u64>,
+) -> Result<HashMap<LogId, u64>> {
+    let buckets = table.def().buckets();
+    let mut out = HashMap::with_capacity(named.len());
+    for (name, offset) in named {
+        let (day, bucket) = match name.split_once('/') {
+            Some((day, bucket)) => (day, bucket),
+            None => ("none", name.as_str()),
+        };
+        let id = LogId::parse_dirs(&format!("day={day}"), &format!("bucket={bucket}"))
+            .filter(|id| id.bucket < buckets && (id.day.is_none() == table.is_primary_key()))
+            .ok_or_else(|| {
+                GatewayError::InvalidArgument(format!(
+                    "changelog.from: {name:?} names no log of {}; name logs {} (buckets 0..{buckets})",
+                    table.def().name(),
+                    if table.is_primary_key() {
+                        "by bucket, e.g. \"3\""
+                    } else {
+                        "as \"<YYYY-MM-DD>/<bucket>\""
+                    }
+                ))
+            })?;
+        out.insert(id, *offset);
+    }
+    Ok(out)
+}
+
+/// The current rows of a snapshot in changelog form: `+I`, their bucket, no offset.
+fn snapshot_rows(bucket: u32, rows: &RecordBatch) -> Result<RecordBatch> {
+    let n = rows.num_rows();
+    let mut fields: Vec<Field> = rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
+    fields.extend(change_meta_fields());
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(StringArray::from(vec!["+I"; n])));
+    columns.push(Arc::new(UInt32Array::from(vec![bucket; n])));
+    columns.push(arrow_array::new_null_array(&DataType::Int64, n));
+    columns.push(Arc::new(
+        TimestampMicrosecondArray::from(vec![None::<i64>; n]).with_timezone(hotgate_store::UTC),
+    ));
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow_schema::Schema::new(fields)),
+        columns,
+    )?)
+}
+
+/// Rows per batch of a changelog's snapshot.
+const SNAPSHOT_BATCH_ROWS: usize = 8192;
+
 /// Streams a table's rows in commit order per log, from a start point, through the
 /// caller's secure view; with `follow` it then waits for each new commit (woken by the
 /// store, no polling) until the caller disconnects or the server shuts down. A follow
 /// stream re-checks its authorization every [`RECHECK_EVERY`] and ends with
 /// `PermissionDenied` once the grant is gone.
+///
+/// A primary-key table's changelog carries `_change`, `_bucket`, `_offset` and
+/// `_commit_ts`; `from: snapshot` first sends its current rows as `+I`, read at a point
+/// consistent with the offsets the changes then continue from.
 fn changelog(
     table: Arc<HotTable>,
     view: Arc<SecureView>,
@@ -593,47 +832,90 @@ fn changelog(
     recheck: Recheck,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(SchemaRef, BatchStream)> {
-    // Resolved up front so a bad column fails the call, not the stream.
-    let (schema, projection) = match &c.columns {
+    let pk = table.is_primary_key();
+    // Resolved up front so a bad column or start fails the call, not the stream.
+    let schema = changelog_schema(&table, &view, c.columns.as_deref())?;
+    let trailing = if pk { CHANGE_TRAILING } else { 0 };
+    let projection: Option<Vec<usize>> = match &c.columns {
         Some(cols) => {
-            let schema = check_columns(&view, cols)?;
-            let indices = cols
+            let visible = view.schema().fields().len();
+            let mut indices = cols
                 .iter()
                 .map(|n| view.schema().index_of(n))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            (schema, Some(indices))
+            indices.extend(visible..visible + trailing);
+            Some(indices)
         }
-        None => (Arc::clone(view.schema()), None),
+        None => None,
     };
-    let mut offsets: HashMap<LogId, u64> = match c.from {
+    let mut offsets: HashMap<LogId, u64> = match &c.from {
         ChangelogStart::Latest => table.end_offsets(),
-        ChangelogStart::Earliest | ChangelogStart::Time(_) => HashMap::new(),
+        ChangelogStart::Earliest | ChangelogStart::Time(_) | ChangelogStart::Snapshot => {
+            HashMap::new()
+        }
+        ChangelogStart::Offsets(named) => start_offsets(&table, named)?,
     };
+    if c.from == ChangelogStart::Snapshot && !pk {
+        return Err(GatewayError::InvalidArgument(format!(
+            "changelog.from: snapshot needs a primary-key table; {} is a log table (use earliest)",
+            table.def().name()
+        )));
+    }
     let since = match c.from {
         ChangelogStart::Time(t) => Some(t),
         _ => None,
+    };
+    let visible = move |view: &SecureView, batch: &RecordBatch| -> Result<RecordBatch> {
+        let shown = view.apply_with_trailing(batch, trailing)?;
+        Ok(match &projection {
+            Some(p) => shown.project(p)?,
+            None => shown,
+        })
     };
     let (tx, rx) = mpsc::channel::<Result<RecordBatch>>(16);
     tokio::spawn(async move {
         let mut commits = table.watch_commits();
         let mut view = view;
+        if c.from == ChangelogStart::Snapshot {
+            let snapshot = match table.snapshot_state(SNAPSHOT_BATCH_ROWS).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+            };
+            offsets = snapshot.offsets;
+            let mut rows = snapshot.batches;
+            while let Some(item) = rows.recv().await {
+                let batch = item.map_err(GatewayError::from).and_then(|(bucket, rows)| {
+                    visible(view.as_ref(), &snapshot_rows(bucket, &rows)?)
+                });
+                let failed = batch.is_err();
+                let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);
+                if !empty && tx.send(batch).await.is_err() || failed {
+                    return;
+                }
+            }
+        }
         let mut tick = tokio::time::interval(RECHECK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             commits.borrow_and_update();
             let ends = table.end_offsets();
-            // A restricted view reads whole stored rows (its row filter and masks may need
-            // any column); an unrestricted one reads just the requested columns.
-            let direct = view.is_unrestricted();
+            // A restricted view (or a changelog with its trailing columns) reads whole
+            // stored rows, since its row filter and masks may need any column; an
+            // unrestricted log table's reads just the requested columns.
+            let direct = view.is_unrestricted() && !pk;
             let request = ScanRequest {
                 columns: if direct { c.columns.clone() } else { None },
                 since,
                 start_offsets: offsets.clone(),
                 end_offsets: ends.clone(),
+                change_meta: pk,
                 ..Default::default()
             };
             let (reader_table, reader_tx) = (Arc::clone(&table), tx.clone());
-            let (reader_view, reader_projection) = (Arc::clone(&view), projection.clone());
+            let (reader_view, reader_visible) = (Arc::clone(&view), visible.clone());
             let read = tokio::task::spawn_blocking(move || -> bool {
                 let scan = match reader_table.scan(&request) {
                     Ok(s) => s,
@@ -647,11 +929,7 @@ fn changelog(
                         if direct {
                             return Ok(b.batch);
                         }
-                        let visible = reader_view.apply(&b.batch)?;
-                        Ok(match &reader_projection {
-                            Some(p) => visible.project(p)?,
-                            None => visible,
-                        })
+                        reader_visible(reader_view.as_ref(), &b.batch)
                     });
                     let failed = batch.is_err();
                     let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);
@@ -665,6 +943,7 @@ fn changelog(
             if !matches!(read, Ok(true)) || !c.follow {
                 break;
             }
+            // Logs that did not exist when `ends` was taken start at their beginning.
             offsets = ends;
             loop {
                 let committed = tokio::select! {
@@ -684,6 +963,168 @@ fn changelog(
         }
     });
     Ok((schema, ReceiverStream::new(rx).boxed()))
+}
+
+/// What DoGet streams for one decoded ticket.
+struct OpenedRead {
+    schema: SchemaRef,
+    batches: BatchStream,
+    /// The audit and metrics name of the read.
+    kind: &'static str,
+    /// `app_metadata` of the result's one batch message (a lookup's missing keys).
+    trailer: Option<bytes::Bytes>,
+}
+
+/// The command of a DoPut descriptor: `{"table":"ns.t","op":"upsert"|"delete"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutCommand {
+    table: String,
+    #[serde(default)]
+    op: Option<ChangeOp>,
+}
+
+/// What a lookup's trailer reports.
+#[derive(Debug, serde::Serialize)]
+struct LookupResult {
+    requested: usize,
+    found: usize,
+    /// Request indices of the keys with no row the caller may see.
+    missing: Vec<u64>,
+}
+
+/// A batched point read of a primary-key table: the current rows of the requested keys,
+/// in request order, through the caller's secure view. Keys are matched on their stored
+/// form, so the key columns must be visible to the caller unmasked; a row the view's
+/// row filter hides is reported missing, exactly like a key with no row.
+async fn lookup(
+    governance: &Governance,
+    table: Arc<HotTable>,
+    view: &SecureView,
+    l: ticket::Lookup,
+) -> Result<OpenedRead> {
+    if !table.is_primary_key() {
+        return Err(lookup_unsupported(&l.table));
+    }
+    let key_columns = table.key_columns();
+    for k in &key_columns {
+        view.check_column(k)?;
+        if view.is_masked(k) {
+            return Err(GatewayError::PermissionDenied(format!(
+                "lookup: key column {k:?} is masked for you; lookups need every key column \
+                 visible unmasked"
+            )));
+        }
+    }
+    let schema = match &l.columns {
+        Some(cols) => check_columns(view, cols)?,
+        None => Arc::clone(view.schema()),
+    };
+    let keys = lookup_keys(governance, &table, &key_columns, &l.keys)?;
+    let requested = l.keys.len();
+    let reader = Arc::clone(&table);
+    let found = tokio::task::spawn_blocking(move || reader.lookup(&keys))
+        .await
+        .map_err(|e| GatewayError::Internal(format!("lookup task failed: {e}")))??;
+    // Carry each row's request index through the view to learn which rows it hides.
+    let mut index = Vec::with_capacity(found.rows.num_rows());
+    let mut missing = found.missing.iter().peekable();
+    for i in 0..requested as u64 {
+        if missing.peek() == Some(&&i) {
+            missing.next();
+        } else {
+            index.push(i);
+        }
+    }
+    let mut fields: Vec<Field> = found
+        .rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new("_request_index", DataType::UInt64, false));
+    let mut columns = found.rows.columns().to_vec();
+    columns.push(Arc::new(UInt64Array::from(index)));
+    let rows = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?;
+    let shown = view.apply_with_trailing(&rows, 1)?;
+    let shown_index = shown
+        .column(shown.num_columns() - 1)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .ok_or_else(|| GatewayError::Internal("lookup index column".into()))?;
+    let mut seen = vec![false; requested];
+    for i in shown_index.values() {
+        seen[*i as usize] = true;
+    }
+    let missing: Vec<u64> = (0..requested as u64)
+        .filter(|i| !seen[*i as usize])
+        .collect();
+    let indices = schema
+        .fields()
+        .iter()
+        .map(|f| view.schema().index_of(f.name()))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let out = shown.project(&indices)?;
+    let trailer = serde_json::to_vec(&LookupResult {
+        requested,
+        found: out.num_rows(),
+        missing,
+    })
+    .map_err(|e| GatewayError::Internal(e.to_string()))?;
+    Ok(OpenedRead {
+        schema,
+        batches: futures::stream::iter([Ok(out)]).boxed(),
+        kind: "lookup",
+        trailer: Some(trailer.into()),
+    })
+}
+
+/// Decodes a lookup's JSON keys into a batch of key columns, as stored (write rules
+/// applied, so a key written hashed is looked up hashed).
+fn lookup_keys(
+    governance: &Governance,
+    table: &HotTable,
+    key_columns: &[String],
+    keys: &[serde_json::Value],
+) -> Result<RecordBatch> {
+    let bad = |msg: String| GatewayError::InvalidArgument(format!("lookup: {msg}"));
+    for (i, key) in keys.iter().enumerate() {
+        let object = key
+            .as_object()
+            .ok_or_else(|| bad(format!("key {i} is not an object of key columns")))?;
+        for k in key_columns {
+            if object.get(k).is_none_or(serde_json::Value::is_null) {
+                return Err(bad(format!(
+                    "key {i} has no value for key column {k:?}; the key is ({})",
+                    key_columns.join(", ")
+                )));
+            }
+        }
+        if let Some(extra) = object.keys().find(|c| !key_columns.contains(c)) {
+            return Err(bad(format!(
+                "key {i} names {extra:?}, which is not a key column; the key is ({})",
+                key_columns.join(", ")
+            )));
+        }
+    }
+    let stored = table.def().stored_schema();
+    let fields = key_columns
+        .iter()
+        .map(|k| stored.field_with_name(k).cloned())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let schema = Arc::new(arrow_schema::Schema::new(fields));
+    let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(&schema))
+        .with_strict_mode(true)
+        .build_decoder()?;
+    decoder
+        .serialize(keys)
+        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?;
+    let batch = decoder
+        .flush()
+        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?
+        .unwrap_or_else(|| RecordBatch::new_empty(schema));
+    Ok(Governance::write_rules(table.def()).apply(&batch, governance.hash_key())?)
 }
 
 #[tonic::async_trait]

@@ -156,14 +156,6 @@ async fn create_table(
                 spec.namespace
             )));
         }
-        // The store keeps primary-key tables; Flight does not serve them yet.
-        if spec.primary_key.is_some() {
-            return Err(GatewayError::InvalidArgument(
-                "primary_key: primary-key tables are not served over Flight yet; omit \
-                 primary_key for a log table"
-                    .into(),
-            ));
-        }
         state.governance.authorize(
             principal,
             Privilege::TableCreate,

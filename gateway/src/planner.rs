@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::catalog::streaming::StreamingTable;
@@ -19,7 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, LogId, ScanRequest};
 use tokio_stream::wrappers::ReceiverStream;
@@ -136,6 +136,9 @@ impl TableProvider for HotTableProvider {
                 };
             }
         }
+        if self.table.is_primary_key() {
+            return self.scan_state(projection, projected, since, until, limit);
+        }
         // Pin every log's end offset now: the plan reads a consistent snapshot.
         let logs: Vec<(LogId, u64)> = self
             .table
@@ -165,6 +168,7 @@ impl TableProvider for HotTableProvider {
                 logs: Some(mine.iter().map(|(id, _)| *id).collect()),
                 start_offsets: HashMap::new(),
                 end_offsets: mine.into_iter().collect(),
+                change_meta: false,
             };
             partitions.push(Arc::new(HotPartition {
                 table: Arc::clone(&self.table),
@@ -180,6 +184,126 @@ impl TableProvider for HotTableProvider {
             false,
             limit,
         )?))
+    }
+}
+
+impl HotTableProvider {
+    /// A primary-key table scans its current state in RocksDB, not its changelog.
+    fn scan_state(
+        &self,
+        projection: Option<&Vec<usize>>,
+        projected: SchemaRef,
+        since: Option<i64>,
+        until: Option<i64>,
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let buckets: Vec<u32> = self
+            .buckets
+            .clone()
+            .unwrap_or_else(|| (0..self.table.def().buckets()).collect());
+        let parts = buckets.len().clamp(1, MAX_PARTITIONS);
+        let partitions: Vec<Arc<dyn PartitionStream>> = (0..parts)
+            .map(|i| {
+                Arc::new(StatePartition {
+                    table: Arc::clone(&self.table),
+                    buckets: buckets.iter().skip(i).step_by(parts).copied().collect(),
+                    projection: projection.cloned(),
+                    since,
+                    until,
+                    schema: Arc::clone(&projected),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        Ok(Arc::new(StreamingTableExec::try_new(
+            projected,
+            partitions,
+            None,
+            Vec::new(),
+            false,
+            limit,
+        )?))
+    }
+}
+
+/// Rows per batch read from a primary-key table's state.
+const STATE_BATCH_ROWS: usize = 8192;
+
+/// One partition of a primary-key table's scan: some buckets' current rows.
+#[derive(Debug)]
+struct StatePartition {
+    table: Arc<HotTable>,
+    buckets: Vec<u32>,
+    projection: Option<Vec<usize>>,
+    since: Option<i64>,
+    until: Option<i64>,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for StatePartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let rows = self
+            .table
+            .read_state(Some(self.buckets.clone()), STATE_BATCH_ROWS);
+        let time_index = self.table.def().time_index();
+        let (since, until, projection) = (self.since, self.until, self.projection.clone());
+        let batches = futures::stream::once(async move { rows })
+            .map(|rows| match rows {
+                Ok(rx) => ReceiverStream::new(rx).boxed(),
+                Err(e) => futures::stream::iter([Err(e)]).boxed(),
+            })
+            .flatten()
+            .map(move |item| {
+                let (_, batch) = item.map_err(|e| to_df(e.into()))?;
+                let batch = within(batch, time_index, since, until)?;
+                Ok(match &projection {
+                    Some(p) => batch.project(p)?,
+                    None => batch,
+                })
+            });
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            batches,
+        ))
+    }
+}
+
+/// The rows of `batch` whose event time lies in `[since, until)`.
+fn within(
+    batch: RecordBatch,
+    time_index: usize,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> DfResult<RecordBatch> {
+    if since.is_none() && until.is_none() {
+        return Ok(batch);
+    }
+    let times = batch.column(time_index);
+    let bound = |v: i64| {
+        ScalarValue::TimestampMicrosecond(Some(v), Some(hotgate_store::UTC.into())).to_scalar()
+    };
+    let mut keep: Option<BooleanArray> = None;
+    if let Some(s) = since {
+        keep = Some(datafusion::arrow::compute::kernels::cmp::gt_eq(
+            times,
+            &bound(s)?,
+        )?);
+    }
+    if let Some(u) = until {
+        let upper = datafusion::arrow::compute::kernels::cmp::lt(times, &bound(u)?)?;
+        keep = Some(match keep {
+            Some(lower) => datafusion::arrow::compute::and(&lower, &upper)?,
+            None => upper,
+        });
+    }
+    match keep {
+        Some(mask) => Ok(datafusion::arrow::compute::filter_record_batch(
+            &batch, &mask,
+        )?),
+        None => Ok(batch),
     }
 }
 

@@ -2,11 +2,17 @@
 //!
 //! ```json
 //! {"table":"ns.t","columns":["a"],"filter":"a > 1","since":"2026-11-30T00:00:00Z","until":"…","limit":10}
-//! {"table":"ns.t","changelog":{"from":"earliest|latest|<RFC 3339>","follow":true}}
-//! {"table":"ns.t","lookup":[{"k":1}]}
+//! {"table":"ns.t","changelog":{"from":"earliest|latest|snapshot|<RFC 3339>","follow":true}}
+//! {"table":"ns.t","changelog":{"from":{"0":17,"2026-11-30/3":40}}}
+//! {"table":"ns.t","lookup":[{"k":1}],"columns":["k","v"]}
 //! ```
+//! `from` as an object gives, per log, the first offset to read (the last `_offset` seen
+//! plus one); a log is named `<bucket>` for primary-key tables and `<YYYY-MM-DD>/<bucket>`
+//! for log tables. Logs it does not name are read from their start.
 //! A scan may also carry `"buckets":[..]`: the endpoints of GetFlightInfo use it to split
 //! a table for parallel fetches.
+
+use std::collections::BTreeMap;
 
 use hotgate_store::TableName;
 use serde::{Deserialize, Serialize};
@@ -40,21 +46,32 @@ pub struct TicketJson {
 #[serde(deny_unknown_fields)]
 pub struct ChangelogJson {
     #[serde(default = "earliest")]
-    pub from: String,
+    pub from: FromJson,
     #[serde(default)]
     pub follow: bool,
 }
 
-fn earliest() -> String {
-    "earliest".into()
+/// Where a changelog starts: a name or time, or explicit per-log offsets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FromJson {
+    Named(String),
+    Offsets(BTreeMap<String, u64>),
 }
+
+fn earliest() -> FromJson {
+    FromJson::Named("earliest".into())
+}
+
+/// Most keys one lookup may ask for.
+pub const MAX_LOOKUP_KEYS: usize = 100_000;
 
 /// A decoded command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Scan(Scan),
     Changelog(Changelog),
-    Lookup { table: TableName },
+    Lookup(Lookup),
 }
 
 impl Command {
@@ -62,7 +79,7 @@ impl Command {
         match self {
             Command::Scan(s) => &s.table,
             Command::Changelog(c) => &c.table,
-            Command::Lookup { table } => table,
+            Command::Lookup(l) => &l.table,
         }
     }
 
@@ -71,7 +88,7 @@ impl Command {
         match self {
             Command::Scan(_) => "scan",
             Command::Changelog(_) => "changelog",
-            Command::Lookup { .. } => "lookup",
+            Command::Lookup(_) => "lookup",
         }
     }
 
@@ -80,7 +97,7 @@ impl Command {
         match self {
             Command::Scan(s) => s.columns.as_deref(),
             Command::Changelog(c) => c.columns.as_deref(),
-            Command::Lookup { .. } => None,
+            Command::Lookup(l) => l.columns.as_deref(),
         }
     }
 }
@@ -105,12 +122,25 @@ pub struct Changelog {
     pub follow: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChangelogStart {
     Earliest,
     Latest,
     /// Rows whose event time is at or after this instant (µs).
     Time(i64),
+    /// A primary-key table's current rows (as `+I`), then every change after them.
+    Snapshot,
+    /// Per log (as named in the ticket), the first offset to read.
+    Offsets(BTreeMap<String, u64>),
+}
+
+/// A batched point read of a primary-key table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lookup {
+    pub table: TableName,
+    /// One JSON object of key column values per key, in request order.
+    pub keys: Vec<serde_json::Value>,
+    pub columns: Option<Vec<String>>,
 }
 
 fn invalid(msg: String) -> GatewayError {
@@ -157,10 +187,14 @@ impl TicketJson {
                             .into(),
                     ));
                 }
-                let from = match c.from.as_str() {
-                    "earliest" => ChangelogStart::Earliest,
-                    "latest" => ChangelogStart::Latest,
-                    t => ChangelogStart::Time(parse_time("changelog.from", t)?),
+                let from = match c.from {
+                    FromJson::Offsets(offsets) => ChangelogStart::Offsets(offsets),
+                    FromJson::Named(name) => match name.as_str() {
+                        "earliest" => ChangelogStart::Earliest,
+                        "latest" => ChangelogStart::Latest,
+                        "snapshot" => ChangelogStart::Snapshot,
+                        t => ChangelogStart::Time(parse_time("changelog.from", t)?),
+                    },
                 };
                 Ok(Command::Changelog(Changelog {
                     table,
@@ -169,7 +203,26 @@ impl TicketJson {
                     follow: c.follow,
                 }))
             }
-            (None, Some(_)) => Ok(Command::Lookup { table }),
+            (None, Some(keys)) => {
+                if scan_only {
+                    return Err(invalid(
+                        "lookup tickets take only table, columns and lookup \
+                         (filter, since, until, limit and buckets are for scans)"
+                            .into(),
+                    ));
+                }
+                if keys.len() > MAX_LOOKUP_KEYS {
+                    return Err(invalid(format!(
+                        "lookup: {} keys in one call; at most {MAX_LOOKUP_KEYS}",
+                        keys.len()
+                    )));
+                }
+                Ok(Command::Lookup(Lookup {
+                    table,
+                    keys,
+                    columns: self.columns,
+                }))
+            }
             (None, None) => {
                 let since = self
                     .since
@@ -241,6 +294,20 @@ mod tests {
         assert!(err.starts_with("since:"), "{err}");
         let err = parse(br#"{"table":"events"}"#).unwrap_err().to_string();
         assert!(err.contains("namespace.table"), "{err}");
+        let c = parse(br#"{"table":"app.kv","changelog":{"from":{"3":17}}}"#).unwrap();
+        let Command::Changelog(c) = c else {
+            panic!("not a changelog")
+        };
+        assert_eq!(
+            c.from,
+            ChangelogStart::Offsets([("3".to_owned(), 17)].into())
+        );
+        let c = parse(br#"{"table":"app.kv","lookup":[{"k":1}],"columns":["v"]}"#).unwrap();
+        assert_eq!(c.columns(), Some(&["v".to_owned()][..]));
+        let err = parse(br#"{"table":"app.kv","lookup":[{"k":1}],"limit":3}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lookup tickets take only"), "{err}");
         let err = parse(b"not json").unwrap_err().to_string();
         assert!(err.contains("not a valid hotgate JSON command"), "{err}");
     }

@@ -320,9 +320,23 @@ impl SecureView {
     /// then the masked projection. Streams (changelog, follow) use this; scans build the
     /// same expressions into their DataFusion plan.
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch, PolicyError> {
+        self.apply_with_trailing(batch, 0)
+    }
+
+    /// [`SecureView::apply`] for a batch whose first columns are the stored schema and
+    /// whose last `trailing` columns are hotgate's own metadata (`_change`, `_offset`, a
+    /// request index): those follow the row filter and are appended unmasked after the
+    /// view's columns.
+    pub fn apply_with_trailing(
+        &self,
+        batch: &RecordBatch,
+        trailing: usize,
+    ) -> Result<RecordBatch, PolicyError> {
         let err = |e: datafusion::error::DataFusionError| {
             PolicyError::Internal(format!("applying the secure view: {}", e.strip_backtrace()))
         };
+        // The physical expressions address stored columns by index, and trailing columns
+        // come after all of them, so they evaluate on the whole batch unchanged.
         let batch = match &self.physical_filter {
             None => batch.clone(),
             Some(f) => {
@@ -338,7 +352,7 @@ impl SecureView {
                     .map_err(|e| PolicyError::Internal(e.to_string()))?
             }
         };
-        let columns = self
+        let mut columns = self
             .physical_projection
             .iter()
             .map(|e| {
@@ -347,12 +361,27 @@ impl SecureView {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(err)?;
+        let first_trailing = batch.num_columns().saturating_sub(trailing);
+        let schema = if trailing == 0 {
+            Arc::clone(&self.schema)
+        } else {
+            let input = batch.schema();
+            let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+            fields.extend(input.fields()[first_trailing..].iter().cloned());
+            columns.extend(batch.columns()[first_trailing..].iter().cloned());
+            Arc::new(arrow_schema::Schema::new(fields))
+        };
         RecordBatch::try_new_with_options(
-            Arc::clone(&self.schema),
+            schema,
             columns,
             &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )
         .map_err(|e| PolicyError::Internal(e.to_string()))
+    }
+
+    /// True when the column is shown masked (hashed, redacted, ...), not as stored.
+    pub fn is_masked(&self, name: &str) -> bool {
+        self.masked.contains_key(name)
     }
 }
 

@@ -96,6 +96,17 @@ pub struct Lookup {
     pub missing: Vec<u64>,
 }
 
+/// Current rows of a primary-key table with their bucket, as a snapshot reader sends them.
+pub type StateStream = tokio::sync::mpsc::Receiver<Result<(u32, RecordBatch)>>;
+
+/// A primary-key table's current rows and the log offsets they reflect.
+#[derive(Debug)]
+pub struct StateSnapshot {
+    /// Per bucket log, the end offset the snapshot reflects (absent: nothing written).
+    pub offsets: HashMap<LogId, u64>,
+    pub batches: StateStream,
+}
+
 /// What retention removed from a table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RetentionReport {
@@ -338,15 +349,96 @@ impl HotTable {
     /// The current rows of a primary-key table, bucket by bucket in key order.
     pub fn current_rows(&self, rows_per_batch: usize) -> Result<Vec<RecordBatch>> {
         let pk = self.pk()?;
+        let buckets: Vec<u32> = (0..self.def.buckets()).collect();
         let mut out = Vec::new();
-        for bucket in 0..self.def.buckets() {
-            out.extend(pk.scan_bucket(bucket, rows_per_batch.max(1))?);
-        }
+        pk.scan_snapshot(
+            &buckets,
+            rows_per_batch,
+            || {},
+            |_, b| {
+                out.push(b);
+                true
+            },
+        )?;
         Ok(out)
+    }
+
+    /// Streams the current rows of a primary-key table's `buckets` (all when `None`)
+    /// from one RocksDB snapshot, read on a blocking thread. Each bucket's write is one
+    /// atomic RocksDB batch, so the stream never shows half of a bucket's write.
+    pub fn read_state(
+        self: &Arc<Self>,
+        buckets: Option<Vec<u32>>,
+        rows_per_batch: usize,
+    ) -> Result<StateStream> {
+        self.pk()?;
+        Ok(self.spawn_state_reader(buckets, rows_per_batch, None))
+    }
+
+    /// The snapshot-then-changelog handoff: the current rows of every bucket, and the log
+    /// offsets they reflect. Every bucket's write lock is held until the RocksDB snapshot
+    /// exists, so no change is half-applied at that point: the changelog from `offsets`
+    /// on is exactly what happened after the snapshot.
+    pub async fn snapshot_state(self: &Arc<Self>, rows_per_batch: usize) -> Result<StateSnapshot> {
+        self.pk()?;
+        let mut guards = Vec::with_capacity(self.bucket_locks.len());
+        for lock in &self.bucket_locks {
+            guards.push(lock.lock().await);
+        }
+        let offsets = self.end_offsets();
+        let (taken_tx, taken_rx) = oneshot::channel();
+        let batches = self.spawn_state_reader(None, rows_per_batch, Some(taken_tx));
+        // Whether or not the reader got its snapshot (it reports failures on `batches`),
+        // the locks go once it stops trying.
+        let _ = taken_rx.await;
+        drop(guards);
+        Ok(StateSnapshot { offsets, batches })
+    }
+
+    fn spawn_state_reader(
+        self: &Arc<Self>,
+        buckets: Option<Vec<u32>>,
+        rows_per_batch: usize,
+        taken: Option<oneshot::Sender<()>>,
+    ) -> StateStream {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let table = Arc::clone(self);
+        let buckets = buckets.unwrap_or_else(|| (0..self.def.buckets()).collect());
+        tokio::task::spawn_blocking(move || {
+            let Some(pk) = &table.pk else { return };
+            let sent = tx.clone();
+            let read = pk.scan_snapshot(
+                &buckets,
+                rows_per_batch,
+                move || {
+                    if let Some(t) = taken {
+                        let _ = t.send(());
+                    }
+                },
+                |bucket, batch| sent.blocking_send(Ok((bucket, batch))).is_ok(),
+            );
+            if let Err(e) = read {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        rx
     }
 
     pub fn def(&self) -> &Arc<TableDef> {
         &self.def
+    }
+
+    /// True for a primary-key table (current state in RocksDB, a changelog in its logs).
+    pub fn is_primary_key(&self) -> bool {
+        self.pk.is_some()
+    }
+
+    /// A primary-key table's key columns, in key order (empty for a log table).
+    pub fn key_columns(&self) -> Vec<String> {
+        match self.def.kind() {
+            TableKind::PrimaryKey { columns } => columns.clone(),
+            TableKind::Log => Vec::new(),
+        }
     }
 
     /// Validates `batch`, routes each row to its (day, bucket) log, and returns once every
@@ -455,7 +547,7 @@ impl HotTable {
     /// The schema a read of `columns` yields (`None`: every stored column), or an error
     /// naming the unknown column and the table's columns.
     pub fn projected_schema(&self, columns: Option<&[String]>) -> Result<SchemaRef> {
-        crate::scan::resolve_projection(self, columns).map(|(_, schema)| schema)
+        crate::scan::resolve_projection(self, columns, false).map(|(_, schema)| schema)
     }
 
     /// Plans a scan. Reading happens as the returned iterator is consumed; it does

@@ -31,13 +31,17 @@ pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
 pub use hot_table::{
     AppendResult, AppendedPart, ChangeResult, HotTable, Lookup, PendingAppend, RetentionReport,
+    StateSnapshot, StateStream,
 };
 pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Log, LogOptions};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use pk::{CHANGE_COLUMN, ChangeOp};
-pub use scan::{HotScan, ScanRequest, ScannedBatch, Tail};
+pub use scan::{
+    BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch, Tail,
+    change_meta_fields,
+};
 pub use store::{Store, StoreOptions, write_file_durable};
 pub use table::{
-    ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, WriteRule,
+    ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, UTC, WriteRule,
 };

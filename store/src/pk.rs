@@ -423,27 +423,42 @@ impl PkState {
         self.apply(bucket, &writes, applied)
     }
 
-    /// Every current row of `bucket` in key order, `chunk` rows per batch, read from a
-    /// consistent RocksDB snapshot taken now.
-    pub(crate) fn scan_bucket(&self, bucket: u32, chunk: usize) -> Result<Vec<RecordBatch>> {
+    /// Streams the current rows of `buckets`, each bucket in key order, `chunk` rows per
+    /// batch, all read from one RocksDB snapshot. `taken` runs once the snapshot exists
+    /// (a caller holding write locks releases them there); `emit` returning false stops.
+    pub(crate) fn scan_snapshot(
+        &self,
+        buckets: &[u32],
+        chunk: usize,
+        taken: impl FnOnce(),
+        mut emit: impl FnMut(u32, RecordBatch) -> bool,
+    ) -> Result<()> {
         let cf = self.db.cf(&self.cf_name)?;
         let snapshot = self.db.db.snapshot();
-        let prefix = bucket.to_be_bytes();
-        let mut options = rocksdb::ReadOptions::default();
-        options.set_iterate_range(rocksdb::PrefixRange(&prefix[..]));
-        let mut out = Vec::new();
-        let mut values: Vec<Box<[u8]>> = Vec::with_capacity(chunk);
-        for item in snapshot.iterator_cf_opt(&cf, options, rocksdb::IteratorMode::Start) {
-            let (_, v) = item.map_err(|e| rocks("scan", e))?;
-            values.push(v);
-            if values.len() == chunk {
-                out.push(self.decode_rows(values.iter().map(|v| v.as_ref()))?);
-                values.clear();
+        taken();
+        let chunk = chunk.max(1);
+        for &bucket in buckets {
+            let prefix = bucket.to_be_bytes();
+            let mut options = rocksdb::ReadOptions::default();
+            options.set_iterate_range(rocksdb::PrefixRange(&prefix[..]));
+            let mut values: Vec<Box<[u8]>> = Vec::with_capacity(chunk);
+            for item in snapshot.iterator_cf_opt(&cf, options, rocksdb::IteratorMode::Start) {
+                let (_, v) = item.map_err(|e| rocks("scan", e))?;
+                values.push(v);
+                if values.len() == chunk {
+                    let batch = self.decode_rows(values.iter().map(|v| v.as_ref()))?;
+                    values.clear();
+                    if !emit(bucket, batch) {
+                        return Ok(());
+                    }
+                }
+            }
+            if !values.is_empty()
+                && !emit(bucket, self.decode_rows(values.iter().map(|v| v.as_ref()))?)
+            {
+                return Ok(());
             }
         }
-        if !values.is_empty() {
-            out.push(self.decode_rows(values.iter().map(|v| v.as_ref()))?);
-        }
-        Ok(out)
+        Ok(())
     }
 }

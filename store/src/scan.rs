@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
-use arrow_array::{BooleanArray, RecordBatch, Scalar, TimestampMicrosecondArray};
-use arrow_schema::SchemaRef;
+use arrow_array::{
+    ArrayRef, BooleanArray, Int64Array, RecordBatch, Scalar, TimestampMicrosecondArray, UInt32Array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use tokio::sync::watch;
 
 use crate::bucket::LogId;
@@ -33,6 +35,8 @@ pub struct ScanRequest {
     pub start_offsets: HashMap<LogId, u64>,
     /// Per-log end offset (exclusive); absent logs end at their durable end when planned.
     pub end_offsets: HashMap<LogId, u64>,
+    /// Append `_bucket`, `_offset` and `_commit_ts` to every row (see [`change_meta_fields`]).
+    pub change_meta: bool,
 }
 
 /// Rows from one frame of one log.
@@ -49,6 +53,7 @@ pub struct ScannedBatch {
 pub(crate) fn resolve_projection(
     table: &HotTable,
     columns: Option<&[String]>,
+    change_meta: bool,
 ) -> Result<(Vec<usize>, SchemaRef)> {
     let schema = table.log_schema();
     let projection: Vec<usize> = match columns {
@@ -68,8 +73,39 @@ pub(crate) fn resolve_projection(
             })
             .collect::<Result<_>>()?,
     };
-    let projected = Arc::new(schema.project(&projection)?);
-    Ok((projection, projected))
+    let mut projected = schema.project(&projection)?;
+    if change_meta {
+        let mut fields: Vec<Field> = projected
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(change_meta_fields());
+        projected = Schema::new(fields);
+    }
+    Ok((projection, Arc::new(projected)))
+}
+
+/// The bucket of a changelog row.
+pub const BUCKET_COLUMN: &str = "_bucket";
+/// The offset of a changelog row in its log.
+pub const OFFSET_COLUMN: &str = "_offset";
+/// When the row's frame was committed (µs, UTC).
+pub const COMMIT_TS_COLUMN: &str = "_commit_ts";
+
+/// The columns [`ScanRequest::change_meta`] appends. `_offset` and `_commit_ts` are
+/// nullable so a snapshot's rows, which have no single change behind them, fit the
+/// same schema.
+pub fn change_meta_fields() -> [Field; 3] {
+    [
+        Field::new(BUCKET_COLUMN, DataType::UInt32, false),
+        Field::new(OFFSET_COLUMN, DataType::Int64, true),
+        Field::new(
+            COMMIT_TS_COLUMN,
+            DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
+            true,
+        ),
+    ]
 }
 
 /// A planned scan; an iterator over [`ScannedBatch`]es in (log, offset) order.
@@ -81,12 +117,14 @@ pub struct HotScan {
     time_index: usize,
     since: Option<i64>,
     until: Option<i64>,
+    change_meta: bool,
     frames: VecDeque<PlannedFrame>,
 }
 
 impl HotScan {
     pub(crate) fn plan(table: &HotTable, request: &ScanRequest) -> Result<Self> {
-        let (projection, schema) = resolve_projection(table, request.columns.as_deref())?;
+        let (projection, schema) =
+            resolve_projection(table, request.columns.as_deref(), request.change_meta)?;
         if let (Some(s), Some(u)) = (request.since, request.until)
             && s >= u
         {
@@ -120,6 +158,7 @@ impl HotScan {
             time_index: table.def().time_index(),
             since: request.since,
             until: request.until,
+            change_meta: request.change_meta,
             frames: frames.into(),
         })
     }
@@ -156,6 +195,17 @@ impl HotScan {
         if skip > 0 || take < batch.num_rows() {
             batch = batch.slice(skip, take);
         }
+        let mut meta_columns: Vec<ArrayRef> = Vec::new();
+        if self.change_meta {
+            let rows = planned.rows.clone();
+            meta_columns.push(Arc::new(UInt32Array::from(vec![planned.log.bucket; take])));
+            meta_columns.push(Arc::new(Int64Array::from_iter_values(
+                rows.map(|o| o as i64),
+            )));
+            meta_columns.push(Arc::new(
+                TimestampMicrosecondArray::from(vec![meta.commit_ts; take]).with_timezone(UTC),
+            ));
+        }
         if !inside {
             let pos = projection
                 .iter()
@@ -170,6 +220,14 @@ impl HotScan {
             if extra_time {
                 batch = batch.project(&(0..self.projection.len()).collect::<Vec<_>>())?;
             }
+            for c in &mut meta_columns {
+                *c = arrow_select::filter::filter(c, &mask)?;
+            }
+        }
+        if self.change_meta {
+            let mut columns = batch.columns().to_vec();
+            columns.extend(meta_columns);
+            batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         }
         Ok(batch)
     }
@@ -242,7 +300,7 @@ impl Tail {
         columns: Option<Vec<String>>,
     ) -> Result<Self> {
         // Fail now, not at the first row, on a bad column.
-        resolve_projection(&table, columns.as_deref())?;
+        resolve_projection(&table, columns.as_deref(), false)?;
         let commits = table.watch_commits();
         Ok(Self {
             table,

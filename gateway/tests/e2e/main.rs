@@ -6,5 +6,6 @@ mod auth;
 mod governance;
 mod harness;
 mod ingest;
+mod primary_key;
 mod pyarrow_client;
 mod reads;

@@ -1,5 +1,6 @@
 //! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough, governed
-//! reads and the audit trail) against the real binary. The venv comes from `scripts/setup`; a missing venv fails the test.
+//! reads, the audit trail and primary-key tables) against the real binary. The venv
+//! comes from `scripts/setup`; a missing venv fails the test.
 
 use std::path::PathBuf;
 use std::process::Command;

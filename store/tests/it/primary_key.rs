@@ -246,6 +246,91 @@ async fn insert_update_delete_write_exact_changelog_records() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_meta_and_snapshots_name_exact_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(users_spec()).await.unwrap();
+    let ids: Vec<i64> = (0..40).collect();
+    let names: Vec<&str> = vec!["n"; 40];
+    let ts: Vec<i64> = ids.iter().map(|i| T0 + i).collect();
+    table
+        .write_changes(&rows(&ids, &names, &vec![None; 40], &ts), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    table
+        .write_changes(&keys(&[3, 4, 5]), ChangeOp::Delete)
+        .await
+        .unwrap();
+
+    // With a time bound, the rows left keep their own offsets and their frame's commit.
+    let request = ScanRequest {
+        since: Some(T0 + 20),
+        change_meta: true,
+        ..Default::default()
+    };
+    let mut seen = 0;
+    for item in table.scan(&request).unwrap() {
+        let item = item.unwrap();
+        let b = &item.batch;
+        let schema = b.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "name",
+                "score",
+                "ts",
+                "_change",
+                "_bucket",
+                "_offset",
+                "_commit_ts"
+            ]
+        );
+        let bucket = b.column(5).as_primitive::<arrow_array::types::UInt32Type>();
+        let offsets = b.column(6).as_primitive::<Int64Type>();
+        let times = b.column(3).as_primitive::<TimestampMicrosecondType>();
+        let commits = b.column(7).as_primitive::<TimestampMicrosecondType>();
+        // Read the same frame in full to find where each row really sits.
+        let full = table
+            .scan(&ScanRequest {
+                logs: Some(vec![item.log]),
+                start_offsets: [(item.log, item.offsets.start)].into(),
+                end_offsets: [(item.log, item.offsets.end)].into(),
+                ..Default::default()
+            })
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .batch;
+        let full_times = full.column(3).as_primitive::<TimestampMicrosecondType>();
+        for r in 0..b.num_rows() {
+            assert!(times.value(r) >= T0 + 20);
+            assert_eq!(bucket.value(r), item.log.bucket);
+            let offset = offsets.value(r) as u64;
+            assert!(item.offsets.contains(&offset));
+            let at = (offset - item.offsets.start) as usize;
+            assert_eq!(full_times.value(at), times.value(r));
+            assert!(commits.is_valid(r) && commits.value(r) > T0);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 20);
+
+    // A snapshot reflects exactly the log's ends, and holds the current rows.
+    let mut snapshot = table.snapshot_state(7).await.unwrap();
+    assert_eq!(snapshot.offsets, table.end_offsets());
+    let mut rows = 0;
+    while let Some(item) = snapshot.batches.recv().await {
+        let (bucket, batch) = item.unwrap();
+        assert!(bucket < 2 && batch.num_rows() <= 7);
+        rows += batch.num_rows();
+    }
+    assert_eq!(rows, 37);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_state_is_rebuilt_from_the_log() {
     let dir = tempfile::tempdir().unwrap();
     {

@@ -1,7 +1,9 @@
 //! `hotgate-bench`: end-to-end freshness and Flight read throughput, against a bare
 //! arrow-flight server serving the same batches from memory, in the same run.
 //!
-//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench`. Prints JSON lines.
+//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench [reads|lookup|recovery]`
+//! (`scripts/bench` installs Redis first). Prints JSON lines. `reads` (the default) is
+//! described here; `lookup` and `recovery` in [`lookup`].
 //! Freshness: each row carries `produced_at`, set by the producer just before it sends
 //! the batch over a long-lived DoPut; a follow-mode changelog DoGet records when each row
 //! arrives. Steady rate: `HOTGATE_BENCH_RATE` rows/s (default 2000), 12,000 rows.
@@ -32,6 +34,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use hotgate_gateway::Config;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
+
+mod lookup;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -884,7 +888,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(bench()) {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "reads".into());
+    let run = match which.as_str() {
+        "reads" => runtime.block_on(bench()),
+        "lookup" => runtime.block_on(lookup::lookup()),
+        "recovery" => runtime.block_on(lookup::recovery()),
+        other => Err(format!("unknown benchmark {other:?}; use reads, lookup or recovery").into()),
+    };
+    match run {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hotgate-bench: {e}");

@@ -1,0 +1,405 @@
+//! `hotgate-bench lookup`: batched and single-key lookups over a primary-key table of
+//! `HOTGATE_BENCH_KEYS` keys (default 1,000,000), against the same keys in Redis on
+//! loopback (`MGET` and `GET`), interleaved in one run. hotgate runs twice: with its
+//! audit on (the default: every lookup's record is synced before its rows leave) and off.
+//!
+//! `hotgate-bench recovery`: the time a primary-key table takes to open with its
+//! RocksDB state intact, and to rebuild it from the changelog alone (the worst case after
+//! a kill -9, where RocksDB kept nothing), for 1M and 10M keys (`HOTGATE_BENCH_RECOVERY_KEYS`).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{FlightDescriptor, Ticket};
+use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use futures::{StreamExt, TryStreamExt};
+use tonic::transport::Channel;
+
+use crate::{
+    BenchResult, Gateway, connect, create_tables, free_addr, median, now_us, percentile,
+    start_gateway, with_token,
+};
+
+const LOAD_BATCH: i64 = 50_000;
+const BATCH_KEYS: usize = 1_000;
+const BATCH_CALLS: usize = 200;
+const SINGLE_CALLS: usize = 3_000;
+/// Calls per system before the next system's turn, so all share the machine's moods.
+const ROUND: usize = 20;
+
+fn kv_spec() -> serde_json::Value {
+    serde_json::json!({"namespace": "bench", "name": "kv",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "name", "type": "string"},
+            {"name": "balance", "type": "float64"},
+            {"name": "ts", "type": "timestamp_us", "nullable": false}
+        ],
+        "primary_key": ["id"], "time_column": "ts", "bucket_key": "id", "buckets": 8})
+}
+
+fn kv_batch(ids: std::ops::Range<i64>, ts: i64) -> BenchResult<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("balance", DataType::Float64, true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]));
+    let n = (ids.end - ids.start) as usize;
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids.clone())),
+            Arc::new(StringArray::from_iter_values(
+                ids.clone().map(|i| format!("customer-{i}")),
+            )),
+            Arc::new(Float64Array::from_iter_values(ids.map(|i| i as f64 * 0.5))),
+            Arc::new(TimestampMicrosecondArray::from(vec![ts; n]).with_timezone("UTC")),
+        ],
+    )?)
+}
+
+/// The Redis value of a key: the same row, as text.
+fn redis_value(id: i64, ts: i64) -> String {
+    format!("{id},customer-{id},{},{ts}", id as f64 * 0.5)
+}
+
+/// A throwaway `redis-server` on loopback, without persistence.
+struct RedisServer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl RedisServer {
+    fn start() -> BenchResult<Self> {
+        let addr = free_addr();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &addr.port().to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| {
+                format!("redis-server could not start ({e}); scripts/bench installs it")
+            })?;
+        let server = Self { child, addr };
+        let start = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err("redis-server did not start listening".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    fn connection(&self) -> BenchResult<redis::Connection> {
+        Ok(redis::Client::open(format!("redis://{}/", self.addr))?.get_connection()?)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Deterministic pseudo-random keys in `[0, keys)`.
+struct Keys {
+    state: u64,
+    keys: i64,
+}
+
+impl Keys {
+    fn next(&mut self) -> i64 {
+        self.state = self
+            .state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.state >> 33) % self.keys as u64) as i64
+    }
+
+    fn take(&mut self, n: usize) -> Vec<i64> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+async fn load_hotgate(gateway: &Gateway, keys: i64, ts: i64) -> BenchResult<f64> {
+    create_tables(&gateway.config, &gateway.token, &[kv_spec()]).await?;
+    let mut client = connect(gateway.config.flight_addr).await?;
+    let start = Instant::now();
+    let mut first = 0;
+    while first < keys {
+        let end = (first + LOAD_BATCH).min(keys);
+        let descriptor = FlightDescriptor::new_cmd(r#"{"table":"bench.kv","op":"upsert"}"#);
+        let data: Vec<_> = FlightDataEncoderBuilder::new()
+            .with_flight_descriptor(Some(descriptor))
+            .build(futures::stream::iter([Ok(kv_batch(first..end, ts)?)]))
+            .try_collect()
+            .await?;
+        let mut results = client
+            .do_put(with_token(futures::stream::iter(data), &gateway.token)?)
+            .await?
+            .into_inner();
+        while let Some(r) = results.next().await {
+            r?;
+        }
+        first = end;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn load_redis(redis: &mut redis::Connection, keys: i64, ts: i64) -> BenchResult<f64> {
+    let start = Instant::now();
+    let mut first = 0;
+    while first < keys {
+        let end = (first + 10_000).min(keys);
+        let pairs: Vec<(String, String)> = (first..end)
+            .map(|i| (format!("kv:{i}"), redis_value(i, ts)))
+            .collect();
+        redis::cmd("MSET").arg(&pairs).exec(redis)?;
+        first = end;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// One lookup call; returns the rows found.
+async fn hotgate_lookup(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    ids: &[i64],
+) -> BenchResult<usize> {
+    let keys: Vec<serde_json::Value> = ids.iter().map(|i| serde_json::json!({"id": i})).collect();
+    let ticket = serde_json::json!({"table": "bench.kv", "lookup": keys}).to_string();
+    let stream = client
+        .do_get(with_token(Ticket::new(ticket), token)?)
+        .await?
+        .into_inner()
+        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
+    let batches: Vec<RecordBatch> =
+        arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
+            .try_collect()
+            .await?;
+    Ok(batches.iter().map(RecordBatch::num_rows).sum())
+}
+
+fn redis_mget(redis: &mut redis::Connection, ids: &[i64]) -> BenchResult<usize> {
+    let keys: Vec<String> = ids.iter().map(|i| format!("kv:{i}")).collect();
+    let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query(redis)?;
+    Ok(values.iter().flatten().count())
+}
+
+fn redis_get(redis: &mut redis::Connection, id: i64) -> BenchResult<usize> {
+    let value: Option<String> = redis::cmd("GET").arg(format!("kv:{id}")).query(redis)?;
+    Ok(usize::from(value.is_some()))
+}
+
+/// Per-call seconds of each system, interleaved `ROUND` calls at a time.
+struct Timings {
+    hotgate: Vec<f64>,
+    hotgate_no_audit: Vec<f64>,
+    redis: Vec<f64>,
+}
+
+pub async fn lookup() -> BenchResult<()> {
+    let keys: i64 = std::env::var("HOTGATE_BENCH_KEYS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let ts = now_us();
+    let redis_server = RedisServer::start()?;
+    let mut redis = redis_server.connection()?;
+    let audited = start_gateway(true).await?;
+    let unaudited = start_gateway(false).await?;
+    let load = serde_json::json!({
+        "bench": "lookup_load", "keys": keys,
+        "hotgate_s": load_hotgate(&audited, keys, ts).await?,
+        "hotgate_no_audit_s": load_hotgate(&unaudited, keys, ts).await?,
+        "redis_s": load_redis(&mut redis, keys, ts)?,
+    });
+    println!("{load}");
+    let mut on = connect(audited.config.flight_addr).await?;
+    let mut off = connect(unaudited.config.flight_addr).await?;
+
+    for (mode, per_call, calls) in [
+        ("batched", BATCH_KEYS, BATCH_CALLS),
+        ("single", 1, SINGLE_CALLS),
+    ] {
+        let mut rng = Keys {
+            state: 0x5EED ^ per_call as u64,
+            keys,
+        };
+        let mut t = Timings {
+            hotgate: Vec::with_capacity(calls),
+            hotgate_no_audit: Vec::with_capacity(calls),
+            redis: Vec::with_capacity(calls),
+        };
+        // Warm-up: connections, caches, the secure view.
+        for _ in 0..ROUND {
+            let ids = rng.take(per_call);
+            hotgate_lookup(&mut on, &audited.token, &ids).await?;
+            hotgate_lookup(&mut off, &unaudited.token, &ids).await?;
+            redis_mget(&mut redis, &ids)?;
+        }
+        for _ in 0..calls / ROUND {
+            let round: Vec<Vec<i64>> = (0..ROUND).map(|_| rng.take(per_call)).collect();
+            for ids in &round {
+                let start = Instant::now();
+                let found = hotgate_lookup(&mut on, &audited.token, ids).await?;
+                t.hotgate.push(start.elapsed().as_secs_f64());
+                check(found, ids.len(), "hotgate")?;
+            }
+            for ids in &round {
+                let start = Instant::now();
+                let found = hotgate_lookup(&mut off, &unaudited.token, ids).await?;
+                t.hotgate_no_audit.push(start.elapsed().as_secs_f64());
+                check(found, ids.len(), "hotgate (audit off)")?;
+            }
+            for ids in &round {
+                let start = Instant::now();
+                let found = if per_call == 1 {
+                    redis_get(&mut redis, ids[0])?
+                } else {
+                    redis_mget(&mut redis, ids)?
+                };
+                t.redis.push(start.elapsed().as_secs_f64());
+                check(found, ids.len(), "redis")?;
+            }
+        }
+        report(mode, per_call, keys, t);
+    }
+    for g in [audited, unaudited] {
+        let _ = g.stop.send(());
+        g.task.await??;
+    }
+    Ok(())
+}
+
+fn check(found: usize, asked: usize, who: &str) -> BenchResult<()> {
+    if found != asked {
+        return Err(format!("{who} found {found} of {asked} keys").into());
+    }
+    Ok(())
+}
+
+fn report(mode: &str, per_call: usize, keys: i64, t: Timings) {
+    let mut summary = serde_json::Map::new();
+    let mut p50s = Vec::new();
+    for (system, mut secs) in [
+        ("hotgate", t.hotgate),
+        ("hotgate_no_audit", t.hotgate_no_audit),
+        ("redis", t.redis),
+    ] {
+        secs.sort_by(f64::total_cmp);
+        let total: f64 = secs.iter().sum();
+        let p50 = median(secs.clone());
+        p50s.push(p50);
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "lookup", "mode": mode, "system": system, "table_keys": keys,
+                "keys_per_call": per_call, "calls": secs.len(),
+                "keys_per_s": (secs.len() * per_call) as f64 / total,
+                "p50_ms": p50 * 1e3, "p99_ms": percentile(&secs, 0.99) * 1e3,
+            })
+        );
+    }
+    summary.insert("bench".into(), "lookup_summary".into());
+    summary.insert("mode".into(), mode.into());
+    // Throughput ratio from medians (a sequential caller: keys/s ∝ 1 / per-call time).
+    summary.insert("hotgate_over_redis".into(), (p50s[2] / p50s[0]).into());
+    summary.insert(
+        "hotgate_no_audit_over_redis".into(),
+        (p50s[2] / p50s[1]).into(),
+    );
+    println!("{}", serde_json::Value::Object(summary));
+}
+
+/// Opens a store holding one primary-key table of `keys` keys and reports how long the
+/// open takes with the state intact and with the state deleted (rebuilt from the log).
+pub async fn recovery() -> BenchResult<()> {
+    let sizes: Vec<i64> = std::env::var("HOTGATE_BENCH_RECOVERY_KEYS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|k| k.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
+    for keys in sizes {
+        let dir = tempfile::tempdir()?;
+        let spec: hotgate_store::TableSpec = serde_json::from_value(kv_spec())?;
+        let name = hotgate_store::TableName::new("bench", "kv")?;
+        let store = hotgate_store::Store::open(dir.path(), Default::default())?;
+        let table = store.create_table(spec).await?;
+        let ts = now_us();
+        let start = Instant::now();
+        let mut first = 0;
+        while first < keys {
+            let end = (first + LOAD_BATCH).min(keys);
+            table
+                .write_changes(&kv_batch(first..end, ts)?, hotgate_store::ChangeOp::Upsert)
+                .await?;
+            first = end;
+        }
+        let load_s = start.elapsed().as_secs_f64();
+        drop(table);
+        store.close().await;
+        drop(store);
+
+        let start = Instant::now();
+        let store = hotgate_store::Store::open(dir.path(), Default::default())?;
+        let intact_s = start.elapsed().as_secs_f64();
+        count_rows(&store, &name, keys).await?;
+        store.close().await;
+        drop(store);
+
+        // What a kill -9 can leave at worst: RocksDB without any of the table's state.
+        std::fs::remove_dir_all(dir.path().join("state"))?;
+        let start = Instant::now();
+        let store = hotgate_store::Store::open(dir.path(), Default::default())?;
+        let rebuild_s = start.elapsed().as_secs_f64();
+        count_rows(&store, &name, keys).await?;
+        store.close().await;
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "pk_recovery", "keys": keys, "load_s": load_s,
+                "open_with_state_s": intact_s, "rebuild_from_log_s": rebuild_s,
+                "rebuild_keys_per_s": keys as f64 / rebuild_s,
+            })
+        );
+    }
+    Ok(())
+}
+
+async fn count_rows(
+    store: &hotgate_store::Store,
+    name: &hotgate_store::TableName,
+    keys: i64,
+) -> BenchResult<()> {
+    let table = store.table(name)?;
+    let mut rows = table.read_state(None, 65_536)?;
+    let mut n = 0;
+    while let Some(batch) = rows.recv().await {
+        n += batch?.1.num_rows() as i64;
+    }
+    if n != keys {
+        return Err(format!("the reopened table holds {n} keys, expected {keys}").into());
+    }
+    Ok(())
+}
