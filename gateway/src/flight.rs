@@ -855,6 +855,12 @@ fn changelog(
         }
         ChangelogStart::Offsets(named) => start_offsets(&table, named)?,
     };
+    if matches!(c.from, ChangelogStart::Time(_)) && table.def().time_index().is_none() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "changelog.from: {} has no time_column, so it cannot start at a time",
+            table.def().name()
+        )));
+    }
     if c.from == ChangelogStart::Snapshot && !pk {
         return Err(GatewayError::InvalidArgument(format!(
             "changelog.from: snapshot needs a primary-key table; {} is a log table (use earliest)",

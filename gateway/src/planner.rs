@@ -54,9 +54,10 @@ impl HotTableProvider {
         }
     }
 
-    fn time_column(&self) -> &str {
+    fn time_column(&self) -> Option<&str> {
         let def = self.table.def();
-        def.stored_schema().field(def.time_index()).name()
+        def.time_index()
+            .map(|i| def.stored_schema().field(i).name().as_str())
     }
 
     /// An event-time bound a filter implies, if it is `time_col <op> timestamp literal`.
@@ -69,7 +70,7 @@ impl HotTableProvider {
             (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
             _ => return None,
         };
-        if col.name != self.time_column() {
+        if Some(col.name.as_str()) != self.time_column() {
             return None;
         }
         let ScalarValue::TimestampMicrosecond(Some(v), _) = lit else {
@@ -274,13 +275,14 @@ impl PartitionStream for StatePartition {
 /// The rows of `batch` whose event time lies in `[since, until)`.
 fn within(
     batch: RecordBatch,
-    time_index: usize,
+    time_index: Option<usize>,
     since: Option<i64>,
     until: Option<i64>,
 ) -> DfResult<RecordBatch> {
-    if since.is_none() && until.is_none() {
+    // A table without a time column has no bounds here (`plan_scan` refuses them).
+    let Some(time_index) = time_index.filter(|_| since.is_some() || until.is_some()) else {
         return Ok(batch);
-    }
+    };
     let times = batch.column(time_index);
     let bound = |v: i64| {
         ScalarValue::TimestampMicrosecond(Some(v), Some(hotgate_store::UTC.into())).to_scalar()
@@ -362,6 +364,12 @@ pub fn session() -> SessionContext {
 pub async fn plan_scan(table: Arc<HotTable>, view: &SecureView, scan: &Scan) -> Result<DataFrame> {
     if let Some(cols) = &scan.columns {
         check_columns(view, cols)?;
+    }
+    if (scan.since.is_some() || scan.until.is_some()) && table.def().time_index().is_none() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "since/until: {} has no time_column, so it cannot be read by time",
+            table.def().name()
+        )));
     }
     let ctx = session();
     if let Some(filter) = &scan.filter {

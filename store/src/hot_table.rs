@@ -22,7 +22,7 @@ use crate::scan::{HotScan, ScanRequest, Tail};
 use crate::segment::EncodedFrame;
 use crate::sync::{read, write};
 use crate::table::{TableDef, TableKind};
-use crate::validate::{key_columns, normalize, time_values};
+use crate::validate::{key_columns, normalize, time_range, time_values};
 
 /// What one append wrote: rows, and the offsets they got in each log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -298,10 +298,8 @@ impl HotTable {
                 continue;
             };
             let id = LogId { day: None, bucket };
-            let times = time_values(&self.def, changelog).values();
-            let (min, max) = times
-                .iter()
-                .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let now = chrono::Utc::now().timestamp_micros();
+            let (min, max) = time_range(&self.def, changelog, now);
             let frame = EncodedFrame::encode(changelog, min, max)?;
             let log = self.log_for(id).await?;
             let range = log.enqueue(frame).await?.await.map_err(|_| {
@@ -471,7 +469,12 @@ impl HotTable {
         if batch.num_rows() == 0 {
             return Ok(pending);
         }
-        let times = time_values(&self.def, &batch);
+        let times = time_values(&self.def, &batch).ok_or_else(|| {
+            StoreError::InvalidDefinition(format!(
+                "{}: a log table needs a time column",
+                self.def.name()
+            ))
+        })?;
         let buckets = buckets_of(batch.column(self.def.bucket_index()), self.def.buckets())?;
         let mut groups: BTreeMap<LogId, Vec<u32>> = BTreeMap::new();
         for (row, (ts, bucket)) in times.values().iter().zip(&buckets).enumerate() {
@@ -488,10 +491,7 @@ impl HotTable {
             } else {
                 arrow_select::take::take_record_batch(&batch, &UInt32Array::from(rows))?
             };
-            let ts = time_values(&self.def, &part).values();
-            let (min, max) = ts
-                .iter()
-                .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let (min, max) = time_range(&self.def, &part, 0);
             frames.push((id, EncodedFrame::encode(&part, min, max)?));
         }
         // Encoding is done before anything is queued, so a bad batch queues nothing.

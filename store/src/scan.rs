@@ -114,7 +114,7 @@ pub struct HotScan {
     table_schema: SchemaRef,
     schema: SchemaRef,
     projection: Vec<usize>,
-    time_index: usize,
+    time_index: Option<usize>,
     since: Option<i64>,
     until: Option<i64>,
     change_meta: bool,
@@ -130,6 +130,14 @@ impl HotScan {
         {
             return Err(StoreError::InvalidRequest(format!(
                 "empty time range: since ({s}) must be before until ({u})"
+            )));
+        }
+        if (request.since.is_some() || request.until.is_some())
+            && table.def().time_index().is_none()
+        {
+            return Err(StoreError::InvalidRequest(format!(
+                "{} has no time_column, so it cannot be read by time (since/until)",
+                table.def().name()
             )));
         }
         let mut frames = Vec::new();
@@ -175,13 +183,16 @@ impl HotScan {
 
     fn read(&self, planned: &PlannedFrame) -> Result<RecordBatch> {
         let meta = &planned.meta;
-        let inside = self.since.is_none_or(|s| meta.min_event_ts >= s)
-            && self.until.is_none_or(|u| meta.max_event_ts < u);
+        // Without a time column there are no time bounds (refused when planned).
+        let time_index = self.time_index.unwrap_or_default();
+        let inside = self.time_index.is_none()
+            || self.since.is_none_or(|s| meta.min_event_ts >= s)
+                && self.until.is_none_or(|u| meta.max_event_ts < u);
         // Rows must be filtered by time: read the time column too, then drop it.
-        let extra_time = !inside && !self.projection.contains(&self.time_index);
+        let extra_time = !inside && !self.projection.contains(&time_index);
         let mut projection = self.projection.clone();
         if extra_time {
-            projection.push(self.time_index);
+            projection.push(time_index);
         }
         let mut batch = read_frame(
             &planned.file,
@@ -209,7 +220,7 @@ impl HotScan {
         if !inside {
             let pos = projection
                 .iter()
-                .position(|p| *p == self.time_index)
+                .position(|p| *p == time_index)
                 .unwrap_or_default();
             let mask = time_mask(
                 batch.column(pos).as_primitive::<TimestampMicrosecondType>(),

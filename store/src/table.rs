@@ -308,7 +308,10 @@ pub struct TableSpec {
     pub namespace: String,
     pub name: String,
     pub columns: Vec<ColumnSpec>,
-    pub time_column: String,
+    /// The event time: day partitions and time filters of log tables (required there);
+    /// optional for primary-key tables, where it serves only time filters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_column: Option<String>,
     pub bucket_key: String,
     pub buckets: u32,
     #[serde(default = "default_hot_retention", with = "humantime_serde_compat")]
@@ -347,7 +350,7 @@ pub struct TableDef {
     kind: TableKind,
     /// The schema of what is persisted: every column whose write rule is not `drop`.
     stored_schema: SchemaRef,
-    time_index: usize,
+    time_index: Option<usize>,
     bucket_index: usize,
 }
 
@@ -432,18 +435,30 @@ impl TableDef {
                 })
         };
 
-        let (_, time) = column("time_column", &spec.time_column)?;
-        if time.column_type != ColumnType::TimestampUs {
-            return invalid(format!(
-                "time_column {} must have type timestamp_us, not {}",
-                time.name, time.column_type
-            ));
-        }
-        if time.nullable || time.write != WriteRule::Keep {
-            return invalid(format!(
-                "time_column {} must be declared \"nullable\": false with write rule keep",
-                time.name
-            ));
+        match &spec.time_column {
+            Some(time_column) => {
+                let (_, time) = column("time_column", time_column)?;
+                if time.column_type != ColumnType::TimestampUs {
+                    return invalid(format!(
+                        "time_column {} must have type timestamp_us, not {}",
+                        time.name, time.column_type
+                    ));
+                }
+                if time.nullable || time.write != WriteRule::Keep {
+                    return invalid(format!(
+                        "time_column {} must be declared \"nullable\": false with write rule keep",
+                        time.name
+                    ));
+                }
+            }
+            None if spec.primary_key.is_none() => {
+                return invalid(
+                    "time_column is required: a log table is partitioned by day of its event \
+                     time (only primary-key tables may omit it)"
+                        .into(),
+                );
+            }
+            None => {}
         }
         let (_, key) = column("bucket_key", &spec.bucket_key)?;
         if !key.column_type.bucketable() {
@@ -513,7 +528,7 @@ impl TableDef {
             .collect();
         let stored_schema = Arc::new(Schema::new(fields));
         let index_of = |col: &str| stored_schema.index_of(col).unwrap_or_default();
-        let time_index = index_of(&spec.time_column);
+        let time_index = spec.time_column.as_deref().map(index_of);
         let bucket_index = index_of(&spec.bucket_key);
         Ok(Self {
             name,
@@ -543,8 +558,9 @@ impl TableDef {
         &self.stored_schema
     }
 
-    /// Index of the time column in the stored schema.
-    pub fn time_index(&self) -> usize {
+    /// Index of the time column in the stored schema; `None` for a primary-key table
+    /// declared without one.
+    pub fn time_index(&self) -> Option<usize> {
         self.time_index
     }
 
@@ -633,7 +649,7 @@ mod tests {
             .map(|f| f.name().clone())
             .collect();
         assert_eq!(names, ["order_id", "customer_id", "amount", "ts"]);
-        assert_eq!(def.time_index(), 3);
+        assert_eq!(def.time_index(), Some(3));
         assert_eq!(def.bucket_index(), 1);
         let f = def.stored_schema().field(1);
         assert_eq!(f.metadata()[FIELD_ID_KEY], "2");

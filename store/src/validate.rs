@@ -58,7 +58,7 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
     let schema = def.stored_schema();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (i, field) in schema.fields().iter().enumerate() {
-        let role = if i == def.time_index() {
+        let role = if Some(i) == def.time_index() {
             "time column "
         } else if i == def.bucket_index() {
             "bucket key "
@@ -103,14 +103,25 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
-/// The time column of a normalized batch.
+/// The time column of a normalized batch, if the table has one.
 pub(crate) fn time_values<'a>(
     def: &TableDef,
     batch: &'a RecordBatch,
-) -> &'a TimestampMicrosecondArray {
-    batch
-        .column(def.time_index())
-        .as_primitive::<TimestampMicrosecondType>()
+) -> Option<&'a TimestampMicrosecondArray> {
+    def.time_index()
+        .map(|i| batch.column(i).as_primitive::<TimestampMicrosecondType>())
+}
+
+/// The smallest and largest event time of a normalized batch with rows; a table without
+/// a time column counts its rows as happening `now` (µs).
+pub(crate) fn time_range(def: &TableDef, batch: &RecordBatch, now: i64) -> (i64, i64) {
+    match time_values(def, batch) {
+        Some(times) => times
+            .values()
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v))),
+        None => (now, now),
+    }
 }
 
 /// Checks the key columns of a primary-key table in `batch` (a delete, or a lookup) and

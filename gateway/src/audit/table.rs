@@ -77,7 +77,7 @@ pub fn audit_table_spec(hot_retention: std::time::Duration) -> TableSpec {
                 field_id: None,
             })
             .collect(),
-        time_column: "time".into(),
+        time_column: Some("time".into()),
         bucket_key: "principal".into(),
         buckets: 1,
         hot_retention,

@@ -700,3 +700,198 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
     }
     assert_eq!(state, expected);
 }
+
+/// One write of the kill -9 test: an upsert of `key` to `balance`, or a delete.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    key: i64,
+    balance: Option<f64>,
+}
+
+fn op(i: i64) -> Op {
+    Op {
+        key: (i * 7) % 50,
+        balance: (i % 3 != 2).then_some(i as f64),
+    }
+}
+
+fn apply(state: &mut BTreeMap<i64, f64>, op: Op) {
+    match op.balance {
+        Some(b) => state.insert(op.key, b),
+        None => state.remove(&op.key),
+    };
+}
+
+async fn current_state(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+) -> BTreeMap<i64, f64> {
+    let batches = get(
+        client,
+        token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id", "balance"]}),
+    )
+    .await
+    .unwrap();
+    let mut state = BTreeMap::new();
+    for b in &batches {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let balances = b.column(1).as_primitive::<Float64Type>();
+        for i in 0..b.num_rows() {
+            state.insert(ids.value(i), balances.value(i));
+        }
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
+    let (dir, server, token) = setup().await;
+    let (flight, http) = (server.flight, server.http);
+    // A writer applies upserts and deletes one at a time and records each acknowledged one.
+    let acked = Arc::new(std::sync::Mutex::new(0i64));
+    let writer = {
+        let acked = Arc::clone(&acked);
+        let token = token.clone();
+        let mut client = server.client().await;
+        tokio::spawn(async move {
+            for i in 0.. {
+                let op = op(i);
+                let written = match op.balance {
+                    Some(b) => {
+                        put_cmd(
+                            &mut client,
+                            &token,
+                            serde_json::json!({"table": "app.accounts"}),
+                            vec![accounts(&[(op.key, b)])],
+                        )
+                        .await
+                    }
+                    None => {
+                        put_cmd(
+                            &mut client,
+                            &token,
+                            serde_json::json!({"table": "app.accounts", "op": "delete"}),
+                            vec![ids_only(&[op.key])],
+                        )
+                        .await
+                    }
+                };
+                if written.is_err() {
+                    return;
+                }
+                *acked.lock().unwrap() = i + 1;
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    while *acked.lock().unwrap() < 150 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "the writer made no progress"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    server.kill9();
+    writer.await.unwrap();
+    let acked = *acked.lock().unwrap();
+
+    let server = Server::start_with(dir.path(), flight, http);
+    let mut client = server.client().await;
+    let state = current_state(&mut client, &token).await;
+    // Every acknowledged change holds; the one in flight at the kill may or may not.
+    let mut expected = BTreeMap::new();
+    (0..acked).for_each(|i| apply(&mut expected, op(i)));
+    let mut with_in_flight = expected.clone();
+    apply(&mut with_in_flight, op(acked));
+    assert!(
+        state == expected || state == with_in_flight,
+        "after kill -9 the state is {state:?}, acknowledged {expected:?}"
+    );
+    // The changelog folds to the same state: the two agree.
+    let log = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}),
+    )
+    .await
+    .unwrap();
+    let mut folded = HashMap::new();
+    log.iter().for_each(|b| fold(&mut folded, b));
+    let folded: BTreeMap<i64, f64> = folded.into_iter().collect();
+    assert_eq!(folded, state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_key_table_may_omit_the_time_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let token = server.token("alice", &["writer"]);
+    let spec = serde_json::json!({
+        "namespace": "app", "name": "flags",
+        "columns": [
+            {"name": "flag", "type": "string", "nullable": false},
+            {"name": "enabled", "type": "bool"}
+        ],
+        "primary_key": ["flag"], "bucket_key": "flag", "buckets": 2
+    });
+    let created = create_table(&server, &token, spec.clone()).await;
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("flag", DataType::Utf8, false),
+            Field::new("enabled", DataType::Boolean, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from(vec!["dark-mode", "beta"])),
+            Arc::new(arrow_array::BooleanArray::from(vec![true, false])),
+        ],
+    )
+    .unwrap();
+    let mut client = server.client().await;
+    put_cmd(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.flags"}),
+        vec![batch],
+    )
+    .await
+    .unwrap();
+    let rows = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.flags", "filter": "enabled"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(strings(&rows, "flag"), ["dark-mode"]);
+    let log = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.flags", "changelog": {"from": "earliest"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(strings(&log, "_change"), ["+I", "+I"]);
+    // Reading by time needs a time column: a clear error, not an empty answer.
+    for ticket in [
+        serde_json::json!({"table": "app.flags", "since": "2026-11-30T00:00:00Z"}),
+        serde_json::json!({"table": "app.flags", "changelog": {"from": "2026-11-30T00:00:00Z"}}),
+    ] {
+        let err = get(&mut client, &token, ticket).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(
+            err.message().contains("no time_column"),
+            "{}",
+            err.message()
+        );
+    }
+    // A log table still needs one.
+    let mut log_table = spec;
+    log_table["name"] = "flag_events".into();
+    log_table.as_object_mut().unwrap().remove("primary_key");
+    let response = create_table(&server, &token, log_table).await;
+    assert_eq!(response.status(), 400);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("time_column is required"), "{body}");
+}

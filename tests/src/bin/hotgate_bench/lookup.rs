@@ -217,6 +217,35 @@ struct Timings {
     hotgate: Vec<f64>,
     hotgate_no_audit: Vec<f64>,
     redis: Vec<f64>,
+    /// The store's own lookup, in process: what Flight, JSON, governance and audit add.
+    store: Vec<f64>,
+}
+
+/// The same table loaded into a store in this process, for the in-process baseline.
+async fn load_store(
+    dir: &std::path::Path,
+    keys: i64,
+    ts: i64,
+) -> BenchResult<(hotgate_store::Store, Arc<hotgate_store::HotTable>)> {
+    let store = hotgate_store::Store::open(dir, Default::default())?;
+    let table = store
+        .create_table(serde_json::from_value(kv_spec())?)
+        .await?;
+    let mut first = 0;
+    while first < keys {
+        let end = (first + LOAD_BATCH).min(keys);
+        table
+            .write_changes(&kv_batch(first..end, ts)?, hotgate_store::ChangeOp::Upsert)
+            .await?;
+        first = end;
+    }
+    Ok((store, table))
+}
+
+fn store_lookup(table: &hotgate_store::HotTable, ids: &[i64]) -> BenchResult<usize> {
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let keys = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec()))])?;
+    Ok(table.lookup(&keys)?.rows.num_rows())
 }
 
 pub async fn lookup() -> BenchResult<()> {
@@ -236,6 +265,8 @@ pub async fn lookup() -> BenchResult<()> {
         "redis_s": load_redis(&mut redis, keys, ts)?,
     });
     println!("{load}");
+    let store_dir = tempfile::tempdir()?;
+    let (store, table) = load_store(store_dir.path(), keys, ts).await?;
     let mut on = connect(audited.config.flight_addr).await?;
     let mut off = connect(unaudited.config.flight_addr).await?;
 
@@ -251,6 +282,7 @@ pub async fn lookup() -> BenchResult<()> {
             hotgate: Vec::with_capacity(calls),
             hotgate_no_audit: Vec::with_capacity(calls),
             redis: Vec::with_capacity(calls),
+            store: Vec::with_capacity(calls),
         };
         // Warm-up: connections, caches, the secure view.
         for _ in 0..ROUND {
@@ -283,9 +315,17 @@ pub async fn lookup() -> BenchResult<()> {
                 t.redis.push(start.elapsed().as_secs_f64());
                 check(found, ids.len(), "redis")?;
             }
+            for ids in &round {
+                let start = Instant::now();
+                let found = store_lookup(&table, ids)?;
+                t.store.push(start.elapsed().as_secs_f64());
+                check(found, ids.len(), "the store")?;
+            }
         }
         report(mode, per_call, keys, t);
     }
+    drop(table);
+    store.close().await;
     for g in [audited, unaudited] {
         let _ = g.stop.send(());
         g.task.await??;
@@ -307,6 +347,7 @@ fn report(mode: &str, per_call: usize, keys: i64, t: Timings) {
         ("hotgate", t.hotgate),
         ("hotgate_no_audit", t.hotgate_no_audit),
         ("redis", t.redis),
+        ("hotgate_store_in_process", t.store),
     ] {
         secs.sort_by(f64::total_cmp);
         let total: f64 = secs.iter().sum();
