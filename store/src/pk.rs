@@ -319,7 +319,23 @@ impl PkState {
         if rows.is_empty() {
             return Ok(RecordBatch::new_empty(Arc::clone(&self.stored)));
         }
-        let columns = self.rows.convert_rows(rows)?;
+        // The row format trusts its input and may panic on bytes it did not write; a
+        // damaged value must fail this read as corrupt, not take the process down.
+        let converted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.rows.convert_rows(rows)
+        }))
+        .map_err(|_| {
+            StoreError::corrupt(
+                Path::new(&self.cf_name),
+                "a stored row could not be decoded",
+            )
+        })?;
+        let columns = converted.map_err(|e| {
+            StoreError::corrupt(
+                Path::new(&self.cf_name),
+                format!("a stored row could not be decoded: {e}"),
+            )
+        })?;
         Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
     }
 
@@ -496,5 +512,34 @@ impl PkState {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::TableSpec;
+
+    #[test]
+    fn a_damaged_value_is_corrupt_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let spec: TableSpec = serde_json::from_value(serde_json::json!({
+            "namespace": "app", "name": "kv",
+            "columns": [
+                {"name": "k", "type": "int64", "nullable": false},
+                {"name": "v", "type": "string"}
+            ],
+            "bucket_key": "k", "buckets": 1, "primary_key": ["k"]
+        }))
+        .unwrap();
+        let state = PkState::new(db, &TableDef::new(spec).unwrap()).unwrap();
+        // The right header, then bytes the row format never wrote.
+        let mut value = vec![VALUE_FORMAT, 0, 0, 0, 2];
+        value.extend_from_slice(&[0xff; 7]);
+        let err = state.decode_rows([value.as_slice()]).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
+        let err = state.decode_rows([&[9u8, 0, 0][..]]).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
     }
 }
