@@ -342,7 +342,7 @@ async fn the_state_is_rebuilt_from_the_log() {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             table
                 .write_changes(
-                    &rows(&ids, &names, &vec![Some(i as f64); 20], &vec![T0 + i; 20]),
+                    &rows(&ids, &names, &[Some(i as f64); 20], &[T0 + i; 20]),
                     ChangeOp::Upsert,
                 )
                 .await
@@ -466,45 +466,46 @@ fn pk_kill9_child() {
         let store = Arc::new(open(std::path::Path::new(&dir)).await);
         let table = store.create_table(users_spec()).await.unwrap();
         let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
-        let tasks: Vec<_> = (0..PK_TASKS)
-            .map(|t| {
-                let (table, out) = (Arc::clone(&table), Arc::clone(&out));
-                tokio::spawn(async move {
-                    let mut n = seed * 1_000_000 + t * 100_000;
-                    loop {
-                        n += 1;
-                        let key = t + PK_TASKS * (n * 7919 % 50);
-                        let delete = n % 5 == 0;
-                        {
-                            let mut o = out.lock().unwrap();
-                            let op = if delete { "D" } else { "U" };
-                            writeln!(o, "BEGIN {t} {op} {key} {n}").unwrap();
-                            o.flush().unwrap();
-                        }
-                        if delete {
-                            table
-                                .write_changes(&keys(&[key]), ChangeOp::Delete)
-                                .await
-                                .unwrap();
-                        } else {
-                            let name = format!("v{n}");
-                            table
-                                .write_changes(
-                                    &rows(&[key], &[&name], &[Some(n as f64)], &[T0 + n]),
-                                    ChangeOp::Upsert,
-                                )
-                                .await
-                                .unwrap();
-                        }
+        let mut tasks = tokio::task::JoinSet::new();
+        (0..PK_TASKS).for_each(|t| {
+            let (table, out) = (Arc::clone(&table), Arc::clone(&out));
+            tasks.spawn(async move {
+                let mut n = seed * 1_000_000 + t * 100_000;
+                loop {
+                    n += 1;
+                    let key = t + PK_TASKS * (n * 7919 % 50);
+                    let delete = n % 5 == 0;
+                    {
                         let mut o = out.lock().unwrap();
-                        writeln!(o, "ACK {t}").unwrap();
+                        let op = if delete { "D" } else { "U" };
+                        writeln!(o, "BEGIN {t} {op} {key} {n}").unwrap();
                         o.flush().unwrap();
                     }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
+                    if delete {
+                        table
+                            .write_changes(&keys(&[key]), ChangeOp::Delete)
+                            .await
+                            .unwrap();
+                    } else {
+                        let name = format!("v{n}");
+                        table
+                            .write_changes(
+                                &rows(&[key], &[&name], &[Some(n as f64)], &[T0 + n]),
+                                ChangeOp::Upsert,
+                            )
+                            .await
+                            .unwrap();
+                    }
+                    let mut o = out.lock().unwrap();
+                    writeln!(o, "ACK {t}").unwrap();
+                    o.flush().unwrap();
+                }
+            });
+        });
+        // The writers never finish: this waits until the parent kills the process (or
+        // a writer panics).
+        if let Some(Err(e)) = tasks.join_next().await {
+            panic!("a writer failed: {e}");
         }
     });
 }
