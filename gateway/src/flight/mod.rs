@@ -1,12 +1,14 @@
 //! The Arrow Flight service. Each method authenticates through the interceptor (which
 //! puts the [`Principal`] in the request extensions), decodes its ticket or descriptor,
 //! then authorizes the privilege that command needs on that table.
+//!
+//! Scans and writes live here; [`changelog`] streams changes (and follows them), and
+//! [`lookup`] answers batched key lookups of primary-key tables.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array, UInt64Array};
+use arrow_array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -17,13 +19,11 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
-use arrow_schema::{DataType, Field, SchemaRef};
+use arrow_schema::SchemaRef;
 use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{StreamExt, TryStreamExt};
-use hotgate_policy::{Principal, Privilege, SecureView};
-use hotgate_store::{
-    CHANGE_COLUMN, ChangeOp, HotTable, LogId, ScanRequest, TableName, change_meta_fields,
-};
+use hotgate_policy::{Principal, Privilege};
+use hotgate_store::{ChangeOp, HotTable, TableName};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -33,14 +33,20 @@ use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
 use crate::planner::{check_columns, plan_scan};
 use crate::state::GatewayState;
-use crate::ticket::{self, Changelog, ChangelogStart, Command, Scan, TicketJson};
+use crate::ticket::{self, Command, Scan, TicketJson};
+
+mod changelog;
+mod lookup;
+
+use changelog::{Recheck, changelog, changelog_schema};
+use lookup::{lookup, lookup_unsupported};
 
 /// Most DoPut batches of one stream waiting for their sync at once.
 const MAX_PUTS_IN_FLIGHT: usize = 64;
 /// Most endpoints GetFlightInfo splits a table into.
 const MAX_ENDPOINTS: u32 = 4;
 
-type BatchStream = BoxStream<'static, Result<RecordBatch>>;
+pub(crate) type BatchStream = BoxStream<'static, Result<RecordBatch>>;
 
 /// hotgate's `FlightService`.
 #[derive(Debug, Clone)]
@@ -689,296 +695,14 @@ fn flight_error_to_status(e: FlightError) -> Status {
     }
 }
 
-fn lookup_unsupported(table: &TableName) -> GatewayError {
-    GatewayError::InvalidArgument(format!(
-        "lookup: {table} is a log table; lookups need a primary-key table"
-    ))
-}
-
-/// How often a live `follow` stream re-checks the caller's grants and policies.
-const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Re-authorizes a long-lived read against the current mirror and policies.
-struct Recheck {
-    state: Arc<GatewayState>,
-    principal: Principal,
-    table: Arc<HotTable>,
-}
-
-impl Recheck {
-    fn view(&self) -> Result<Arc<SecureView>> {
-        let governance = &self.state.governance;
-        governance.authorize_table(
-            &self.principal,
-            Privilege::TableReadData,
-            self.table.def().name(),
-        )?;
-        governance.view(&self.principal, &self.table)
-    }
-
-    /// Swaps in the current view. Revocation is `PermissionDenied`; a policy change that
-    /// keeps the visible columns takes effect in place, one that changes them ends the
-    /// stream, since a Flight stream cannot change its schema.
-    fn refresh(&self, view: &mut Arc<SecureView>) -> Result<()> {
-        let current = self.view()?;
-        if current.schema() != view.schema() {
-            return Err(GatewayError::Unavailable(
-                "the policies on this table changed which columns you may see; reopen the stream"
-                    .into(),
-            ));
-        }
-        *view = current;
-        Ok(())
-    }
-}
-
-/// The schema a changelog sends: the caller's visible (or requested) columns, then for a
-/// primary-key table `_change`, `_bucket`, `_offset` and `_commit_ts`.
-fn changelog_schema(
-    table: &HotTable,
-    view: &SecureView,
-    columns: Option<&[String]>,
-) -> Result<SchemaRef> {
-    let visible = match columns {
-        Some(cols) => check_columns(view, cols)?,
-        None => Arc::clone(view.schema()),
-    };
-    if !table.is_primary_key() {
-        return Ok(visible);
-    }
-    let mut fields: Vec<Field> = visible
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
-    fields.extend(change_meta_fields());
-    Ok(Arc::new(arrow_schema::Schema::new(fields)))
-}
-
-/// Columns a primary-key changelog row carries after the stored ones.
-const CHANGE_TRAILING: usize = 4;
-
-/// Resolves a ticket's explicit start offsets to the table's logs.
-fn start_offsets(
-    table: &HotTable,
-    named: &std::collections::BTreeMap<String, u64>,
-) -> Result<HashMap<LogId, u64>> {
-    let buckets = table.def().buckets();
-    let mut out = HashMap::with_capacity(named.len());
-    for (name, offset) in named {
-        let (day, bucket) = match name.split_once('/') {
-            Some((day, bucket)) => (day, bucket),
-            None => ("none", name.as_str()),
-        };
-        let id = LogId::parse_dirs(&format!("day={day}"), &format!("bucket={bucket}"))
-            .filter(|id| id.bucket < buckets && (id.day.is_none() == table.is_primary_key()))
-            .ok_or_else(|| {
-                GatewayError::InvalidArgument(format!(
-                    "changelog.from: {name:?} names no log of {}; name logs {} (buckets 0..{buckets})",
-                    table.def().name(),
-                    if table.is_primary_key() {
-                        "by bucket, e.g. \"3\""
-                    } else {
-                        "as \"<YYYY-MM-DD>/<bucket>\""
-                    }
-                ))
-            })?;
-        out.insert(id, *offset);
-    }
-    Ok(out)
-}
-
-/// The current rows of a snapshot in changelog form: `+I`, their bucket, no offset.
-fn snapshot_rows(bucket: u32, rows: &RecordBatch) -> Result<RecordBatch> {
-    let n = rows.num_rows();
-    let mut fields: Vec<Field> = rows
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
-    fields.extend(change_meta_fields());
-    let mut columns = rows.columns().to_vec();
-    columns.push(Arc::new(StringArray::from(vec!["+I"; n])));
-    columns.push(Arc::new(UInt32Array::from(vec![bucket; n])));
-    columns.push(arrow_array::new_null_array(&DataType::Int64, n));
-    columns.push(Arc::new(
-        TimestampMicrosecondArray::from(vec![None::<i64>; n]).with_timezone(hotgate_store::UTC),
-    ));
-    Ok(RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(fields)),
-        columns,
-    )?)
-}
-
-/// Rows per batch of a changelog's snapshot.
-const SNAPSHOT_BATCH_ROWS: usize = 8192;
-
-/// Streams a table's rows in commit order per log, from a start point, through the
-/// caller's secure view; with `follow` it then waits for each new commit (woken by the
-/// store, no polling) until the caller disconnects or the server shuts down. A follow
-/// stream re-checks its authorization every [`RECHECK_EVERY`] and ends with
-/// `PermissionDenied` once the grant is gone.
-///
-/// A primary-key table's changelog carries `_change`, `_bucket`, `_offset` and
-/// `_commit_ts`; `from: snapshot` first sends its current rows as `+I`, read at a point
-/// consistent with the offsets the changes then continue from.
-fn changelog(
-    table: Arc<HotTable>,
-    view: Arc<SecureView>,
-    c: Changelog,
-    recheck: Recheck,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> Result<(SchemaRef, BatchStream)> {
-    let pk = table.is_primary_key();
-    // Resolved up front so a bad column or start fails the call, not the stream.
-    let schema = changelog_schema(&table, &view, c.columns.as_deref())?;
-    let trailing = if pk { CHANGE_TRAILING } else { 0 };
-    let projection: Option<Vec<usize>> = match &c.columns {
-        Some(cols) => {
-            let visible = view.schema().fields().len();
-            let mut indices = cols
-                .iter()
-                .map(|n| view.schema().index_of(n))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            indices.extend(visible..visible + trailing);
-            Some(indices)
-        }
-        None => None,
-    };
-    let mut offsets: HashMap<LogId, u64> = match &c.from {
-        ChangelogStart::Latest => table.end_offsets(),
-        ChangelogStart::Earliest | ChangelogStart::Time(_) | ChangelogStart::Snapshot => {
-            HashMap::new()
-        }
-        ChangelogStart::Offsets(named) => start_offsets(&table, named)?,
-    };
-    if matches!(c.from, ChangelogStart::Time(_)) && table.def().time_index().is_none() {
-        return Err(GatewayError::InvalidArgument(format!(
-            "changelog.from: {} has no time_column, so it cannot start at a time",
-            table.def().name()
-        )));
-    }
-    if c.from == ChangelogStart::Snapshot && !pk {
-        return Err(GatewayError::InvalidArgument(format!(
-            "changelog.from: snapshot needs a primary-key table; {} is a log table (use earliest)",
-            table.def().name()
-        )));
-    }
-    let since = match c.from {
-        ChangelogStart::Time(t) => Some(t),
-        _ => None,
-    };
-    let visible = move |view: &SecureView, batch: &RecordBatch| -> Result<RecordBatch> {
-        let shown = view.apply_with_trailing(batch, trailing)?;
-        Ok(match &projection {
-            Some(p) => shown.project(p)?,
-            None => shown,
-        })
-    };
-    let (tx, rx) = mpsc::channel::<Result<RecordBatch>>(16);
-    tokio::spawn(async move {
-        let mut commits = table.watch_commits();
-        let mut view = view;
-        if c.from == ChangelogStart::Snapshot {
-            let snapshot = match table.snapshot_state(SNAPSHOT_BATCH_ROWS).await {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = tx.send(Err(e.into())).await;
-                    return;
-                }
-            };
-            offsets = snapshot.offsets;
-            let mut rows = snapshot.batches;
-            while let Some(item) = rows.recv().await {
-                let batch = item.map_err(GatewayError::from).and_then(|(bucket, rows)| {
-                    visible(view.as_ref(), &snapshot_rows(bucket, &rows)?)
-                });
-                let failed = batch.is_err();
-                let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);
-                if !empty && tx.send(batch).await.is_err() || failed {
-                    return;
-                }
-            }
-        }
-        let mut tick = tokio::time::interval(RECHECK_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            commits.borrow_and_update();
-            let ends = table.end_offsets();
-            // A restricted view (or a changelog with its trailing columns) reads whole
-            // stored rows, since its row filter and masks may need any column; an
-            // unrestricted log table's reads just the requested columns.
-            let direct = view.is_unrestricted() && !pk;
-            let request = ScanRequest {
-                columns: if direct { c.columns.clone() } else { None },
-                since,
-                start_offsets: offsets.clone(),
-                end_offsets: ends.clone(),
-                change_meta: pk,
-                ..Default::default()
-            };
-            let (reader_table, reader_tx) = (Arc::clone(&table), tx.clone());
-            let (reader_view, reader_visible) = (Arc::clone(&view), visible.clone());
-            let read = tokio::task::spawn_blocking(move || -> bool {
-                let scan = match reader_table.scan(&request) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let _ = reader_tx.blocking_send(Err(e.into()));
-                        return false;
-                    }
-                };
-                for item in scan {
-                    let batch = item.map_err(GatewayError::from).and_then(|b| {
-                        if direct {
-                            return Ok(b.batch);
-                        }
-                        reader_visible(reader_view.as_ref(), &b.batch)
-                    });
-                    let failed = batch.is_err();
-                    let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);
-                    if !empty && reader_tx.blocking_send(batch).is_err() || failed {
-                        return false;
-                    }
-                }
-                true
-            })
-            .await;
-            if !matches!(read, Ok(true)) || !c.follow {
-                break;
-            }
-            // Logs that did not exist when `ends` was taken start at their beginning.
-            offsets = ends;
-            loop {
-                let committed = tokio::select! {
-                    changed = commits.changed() => if changed.is_err() { return } else { true },
-                    _ = tick.tick() => false,
-                    _ = shutdown.changed() => return,
-                    _ = tx.closed() => return,
-                };
-                if let Err(e) = recheck.refresh(&mut view) {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-                if committed {
-                    break;
-                }
-            }
-        }
-    });
-    Ok((schema, ReceiverStream::new(rx).boxed()))
-}
-
 /// What DoGet streams for one decoded ticket.
-struct OpenedRead {
-    schema: SchemaRef,
-    batches: BatchStream,
+pub(crate) struct OpenedRead {
+    pub(crate) schema: SchemaRef,
+    pub(crate) batches: BatchStream,
     /// The audit and metrics name of the read.
-    kind: &'static str,
+    pub(crate) kind: &'static str,
     /// `app_metadata` of the result's one batch message (a lookup's missing keys).
-    trailer: Option<bytes::Bytes>,
+    pub(crate) trailer: Option<bytes::Bytes>,
 }
 
 /// The command of a DoPut descriptor: `{"table":"ns.t","op":"upsert"|"delete"}`.
@@ -988,149 +712,6 @@ struct PutCommand {
     table: String,
     #[serde(default)]
     op: Option<ChangeOp>,
-}
-
-/// What a lookup's trailer reports.
-#[derive(Debug, serde::Serialize)]
-struct LookupResult {
-    requested: usize,
-    found: usize,
-    /// Request indices of the keys with no row the caller may see.
-    missing: Vec<u64>,
-}
-
-/// A batched point read of a primary-key table: the current rows of the requested keys,
-/// in request order, through the caller's secure view. Keys are matched on their stored
-/// form, so the key columns must be visible to the caller unmasked; a row the view's
-/// row filter hides is reported missing, exactly like a key with no row.
-async fn lookup(
-    governance: &Governance,
-    table: Arc<HotTable>,
-    view: &SecureView,
-    l: ticket::Lookup,
-) -> Result<OpenedRead> {
-    if !table.is_primary_key() {
-        return Err(lookup_unsupported(&l.table));
-    }
-    let key_columns = table.key_columns();
-    for k in &key_columns {
-        view.check_column(k)?;
-        if view.is_masked(k) {
-            return Err(GatewayError::PermissionDenied(format!(
-                "lookup: key column {k:?} is masked for you; lookups need every key column \
-                 visible unmasked"
-            )));
-        }
-    }
-    let schema = match &l.columns {
-        Some(cols) => check_columns(view, cols)?,
-        None => Arc::clone(view.schema()),
-    };
-    let keys = lookup_keys(governance, &table, &key_columns, &l.keys)?;
-    let requested = l.keys.len();
-    let reader = Arc::clone(&table);
-    let found = tokio::task::spawn_blocking(move || reader.lookup(&keys))
-        .await
-        .map_err(|e| GatewayError::Internal(format!("lookup task failed: {e}")))??;
-    // Carry each row's request index through the view to learn which rows it hides.
-    let mut index = Vec::with_capacity(found.rows.num_rows());
-    let mut missing = found.missing.iter().peekable();
-    for i in 0..requested as u64 {
-        if missing.peek() == Some(&&i) {
-            missing.next();
-        } else {
-            index.push(i);
-        }
-    }
-    let mut fields: Vec<Field> = found
-        .rows
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new("_request_index", DataType::UInt64, false));
-    let mut columns = found.rows.columns().to_vec();
-    columns.push(Arc::new(UInt64Array::from(index)));
-    let rows = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?;
-    let shown = view.apply_with_trailing(&rows, 1)?;
-    let shown_index = shown
-        .column(shown.num_columns() - 1)
-        .as_any()
-        .downcast_ref::<UInt64Array>()
-        .ok_or_else(|| GatewayError::Internal("lookup index column".into()))?;
-    let mut seen = vec![false; requested];
-    for i in shown_index.values() {
-        seen[*i as usize] = true;
-    }
-    let missing: Vec<u64> = (0..requested as u64)
-        .filter(|i| !seen[*i as usize])
-        .collect();
-    let indices = schema
-        .fields()
-        .iter()
-        .map(|f| view.schema().index_of(f.name()))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let out = shown.project(&indices)?;
-    let trailer = serde_json::to_vec(&LookupResult {
-        requested,
-        found: out.num_rows(),
-        missing,
-    })
-    .map_err(|e| GatewayError::Internal(e.to_string()))?;
-    Ok(OpenedRead {
-        schema,
-        batches: futures::stream::iter([Ok(out)]).boxed(),
-        kind: "lookup",
-        trailer: Some(trailer.into()),
-    })
-}
-
-/// Decodes a lookup's JSON keys into a batch of key columns, as stored (write rules
-/// applied, so a key written hashed is looked up hashed).
-fn lookup_keys(
-    governance: &Governance,
-    table: &HotTable,
-    key_columns: &[String],
-    keys: &[serde_json::Value],
-) -> Result<RecordBatch> {
-    let bad = |msg: String| GatewayError::InvalidArgument(format!("lookup: {msg}"));
-    for (i, key) in keys.iter().enumerate() {
-        let object = key
-            .as_object()
-            .ok_or_else(|| bad(format!("key {i} is not an object of key columns")))?;
-        for k in key_columns {
-            if object.get(k).is_none_or(serde_json::Value::is_null) {
-                return Err(bad(format!(
-                    "key {i} has no value for key column {k:?}; the key is ({})",
-                    key_columns.join(", ")
-                )));
-            }
-        }
-        if let Some(extra) = object.keys().find(|c| !key_columns.contains(c)) {
-            return Err(bad(format!(
-                "key {i} names {extra:?}, which is not a key column; the key is ({})",
-                key_columns.join(", ")
-            )));
-        }
-    }
-    let stored = table.def().stored_schema();
-    let fields = key_columns
-        .iter()
-        .map(|k| stored.field_with_name(k).cloned())
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let schema = Arc::new(arrow_schema::Schema::new(fields));
-    let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(&schema))
-        .with_strict_mode(true)
-        .build_decoder()?;
-    decoder
-        .serialize(keys)
-        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?;
-    let batch = decoder
-        .flush()
-        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?
-        .unwrap_or_else(|| RecordBatch::new_empty(schema));
-    Ok(Governance::write_rules(table.def()).apply(&batch, governance.hash_key())?)
 }
 
 #[tonic::async_trait]

@@ -1,0 +1,165 @@
+//! Lookups: the current rows of many keys of a primary-key table in one call, through
+//! the caller's secure view.
+
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, UInt64Array};
+use arrow_schema::{DataType, Field};
+use futures::StreamExt;
+use hotgate_policy::SecureView;
+use hotgate_store::{HotTable, TableName};
+
+use super::OpenedRead;
+use crate::error::{GatewayError, Result};
+use crate::governance::Governance;
+use crate::planner::check_columns;
+use crate::ticket;
+
+/// What a lookup's trailer reports.
+#[derive(Debug, serde::Serialize)]
+struct LookupResult {
+    requested: usize,
+    found: usize,
+    /// Request indices of the keys with no row the caller may see.
+    missing: Vec<u64>,
+}
+
+/// A batched point read of a primary-key table: the current rows of the requested keys,
+/// in request order, through the caller's secure view. Keys are matched on their stored
+/// form, so the key columns must be visible to the caller unmasked; a row the view's
+/// row filter hides is reported missing, exactly like a key with no row.
+pub(super) async fn lookup(
+    governance: &Governance,
+    table: Arc<HotTable>,
+    view: &SecureView,
+    l: ticket::Lookup,
+) -> Result<OpenedRead> {
+    if !table.is_primary_key() {
+        return Err(lookup_unsupported(&l.table));
+    }
+    let key_columns = table.key_columns();
+    for k in &key_columns {
+        view.check_column(k)?;
+        if view.is_masked(k) {
+            return Err(GatewayError::PermissionDenied(format!(
+                "lookup: key column {k:?} is masked for you; lookups need every key column \
+                 visible unmasked"
+            )));
+        }
+    }
+    let schema = match &l.columns {
+        Some(cols) => check_columns(view, cols)?,
+        None => Arc::clone(view.schema()),
+    };
+    let keys = lookup_keys(governance, &table, &key_columns, &l.keys)?;
+    let requested = l.keys.len();
+    let reader = Arc::clone(&table);
+    let found = tokio::task::spawn_blocking(move || reader.lookup(&keys))
+        .await
+        .map_err(|e| GatewayError::Internal(format!("lookup task failed: {e}")))??;
+    // Carry each row's request index through the view to learn which rows it hides.
+    let mut index = Vec::with_capacity(found.rows.num_rows());
+    let mut missing = found.missing.iter().peekable();
+    for i in 0..requested as u64 {
+        if missing.peek() == Some(&&i) {
+            missing.next();
+        } else {
+            index.push(i);
+        }
+    }
+    let mut fields: Vec<Field> = found
+        .rows
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new("_request_index", DataType::UInt64, false));
+    let mut columns = found.rows.columns().to_vec();
+    columns.push(Arc::new(UInt64Array::from(index)));
+    let rows = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?;
+    let shown = view.apply_with_trailing(&rows, 1)?;
+    let shown_index = shown
+        .column(shown.num_columns() - 1)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .ok_or_else(|| GatewayError::Internal("lookup index column".into()))?;
+    let mut seen = vec![false; requested];
+    for i in shown_index.values() {
+        seen[*i as usize] = true;
+    }
+    let missing: Vec<u64> = (0..requested as u64)
+        .filter(|i| !seen[*i as usize])
+        .collect();
+    let indices = schema
+        .fields()
+        .iter()
+        .map(|f| view.schema().index_of(f.name()))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let out = shown.project(&indices)?;
+    let trailer = serde_json::to_vec(&LookupResult {
+        requested,
+        found: out.num_rows(),
+        missing,
+    })
+    .map_err(|e| GatewayError::Internal(e.to_string()))?;
+    Ok(OpenedRead {
+        schema,
+        batches: futures::stream::iter([Ok(out)]).boxed(),
+        kind: "lookup",
+        trailer: Some(trailer.into()),
+    })
+}
+
+/// Decodes a lookup's JSON keys into a batch of key columns, as stored (write rules
+/// applied, so a key written hashed is looked up hashed).
+fn lookup_keys(
+    governance: &Governance,
+    table: &HotTable,
+    key_columns: &[String],
+    keys: &[serde_json::Value],
+) -> Result<RecordBatch> {
+    let bad = |msg: String| GatewayError::InvalidArgument(format!("lookup: {msg}"));
+    for (i, key) in keys.iter().enumerate() {
+        let object = key
+            .as_object()
+            .ok_or_else(|| bad(format!("key {i} is not an object of key columns")))?;
+        for k in key_columns {
+            if object.get(k).is_none_or(serde_json::Value::is_null) {
+                return Err(bad(format!(
+                    "key {i} has no value for key column {k:?}; the key is ({})",
+                    key_columns.join(", ")
+                )));
+            }
+        }
+        if let Some(extra) = object.keys().find(|c| !key_columns.contains(c)) {
+            return Err(bad(format!(
+                "key {i} names {extra:?}, which is not a key column; the key is ({})",
+                key_columns.join(", ")
+            )));
+        }
+    }
+    let stored = table.def().stored_schema();
+    let fields = key_columns
+        .iter()
+        .map(|k| stored.field_with_name(k).cloned())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let schema = Arc::new(arrow_schema::Schema::new(fields));
+    let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(&schema))
+        .with_strict_mode(true)
+        .build_decoder()?;
+    decoder
+        .serialize(keys)
+        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?;
+    let batch = decoder
+        .flush()
+        .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?
+        .unwrap_or_else(|| RecordBatch::new_empty(schema));
+    Ok(Governance::write_rules(table.def()).apply(&batch, governance.hash_key())?)
+}
+
+pub(super) fn lookup_unsupported(table: &TableName) -> GatewayError {
+    GatewayError::InvalidArgument(format!(
+        "lookup: {table} is a log table; lookups need a primary-key table"
+    ))
+}
