@@ -601,18 +601,28 @@ impl HotgateFlight {
     }
 }
 
-/// Encodes a small result as one record batch message (sent even when it has no rows)
-/// whose `app_metadata` is `metadata`: a metadata-only message is not decodable by every
-/// Flight client, a batch message's metadata is.
+/// Encodes a lookup's result with `metadata` as the `app_metadata` of its last batch
+/// message (a metadata-only message is not decodable by every Flight client; a batch
+/// message's metadata is). Batches are split to gRPC-sized messages as usual; a result
+/// without rows is sent as one empty batch, so the metadata always arrives.
 fn with_metadata(
     schema: SchemaRef,
     batches: BoxStream<'static, std::result::Result<RecordBatch, FlightError>>,
     metadata: bytes::Bytes,
 ) -> BoxStream<'static, std::result::Result<FlightData, FlightError>> {
     futures::stream::once(async move {
-        let batches: Vec<RecordBatch> = batches.try_collect().await?;
-        let batch = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
-        let mut data = arrow_flight::utils::batches_to_flight_data(&schema, vec![batch])?;
+        let mut data: Vec<FlightData> = FlightDataEncoderBuilder::new()
+            .with_schema(Arc::clone(&schema))
+            .build(batches)
+            .try_collect()
+            .await?;
+        // Only the schema message: no rows were found.
+        if data.len() <= 1 {
+            data = arrow_flight::utils::batches_to_flight_data(
+                &schema,
+                vec![RecordBatch::new_empty(Arc::clone(&schema))],
+            )?;
+        }
         if let Some(last) = data.last_mut() {
             last.app_metadata = metadata;
         }

@@ -895,3 +895,46 @@ async fn a_primary_key_table_may_omit_the_time_column() {
     let body = response.text().await.unwrap();
     assert!(body.contains("time_column is required"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_lookup_is_split_into_grpc_sized_messages() {
+    let (_dir, server, token) = setup().await;
+    let mut client = server.client().await;
+    // 20,000 rows of ~300 bytes: about 6 MB, more than one 4 MB gRPC message.
+    let n = 20_000i64;
+    let batch = RecordBatch::try_new(
+        accounts(&[]).schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..n)),
+            Arc::new(StringArray::from_iter_values(
+                (0..n).map(|i| format!("{i:0>300}")),
+            )),
+            Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64))),
+            Arc::new(TimestampMicrosecondArray::from(vec![T0; n as usize]).with_timezone("UTC")),
+        ],
+    )
+    .unwrap();
+    put_cmd(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts"}),
+        vec![batch],
+    )
+    .await
+    .unwrap();
+    let keys: Vec<serde_json::Value> = (0..n + 1).map(|i| serde_json::json!({"id": i})).collect();
+    let (batches, meta) = get_with_metadata(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "lookup": keys}),
+    )
+    .await
+    .unwrap();
+    assert!(batches.len() > 1, "one message of {} rows", n);
+    let ids: Vec<i64> = column_i64(&batches, "id").into_iter().flatten().collect();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
+    assert_eq!(
+        meta,
+        [serde_json::json!({"requested": n + 1, "found": n, "missing": [n]})]
+    );
+}
