@@ -6,7 +6,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::catalog::streaming::StreamingTable;
@@ -246,11 +246,13 @@ impl PartitionStream for StatePartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let rows = self
-            .table
-            .read_state(Some(self.buckets.clone()), STATE_BATCH_ROWS);
-        let time_index = self.table.def().time_index();
-        let (since, until, projection) = (self.since, self.until, self.projection.clone());
+        let rows = self.table.read_state(
+            Some(self.buckets.clone()),
+            self.since,
+            self.until,
+            STATE_BATCH_ROWS,
+        );
+        let projection = self.projection.clone();
         let batches = futures::stream::once(async move { rows })
             .map(|rows| match rows {
                 Ok(rx) => ReceiverStream::new(rx).boxed(),
@@ -259,7 +261,6 @@ impl PartitionStream for StatePartition {
             .flatten()
             .map(move |item| {
                 let (_, batch) = item.map_err(|e| to_df(e.into()))?;
-                let batch = within(batch, time_index, since, until)?;
                 Ok(match &projection {
                     Some(p) => batch.project(p)?,
                     None => batch,
@@ -269,43 +270,6 @@ impl PartitionStream for StatePartition {
             Arc::clone(&self.schema),
             batches,
         ))
-    }
-}
-
-/// The rows of `batch` whose event time lies in `[since, until)`.
-fn within(
-    batch: RecordBatch,
-    time_index: Option<usize>,
-    since: Option<i64>,
-    until: Option<i64>,
-) -> DfResult<RecordBatch> {
-    // A table without a time column has no bounds here (`plan_scan` refuses them).
-    let Some(time_index) = time_index.filter(|_| since.is_some() || until.is_some()) else {
-        return Ok(batch);
-    };
-    let times = batch.column(time_index);
-    let bound = |v: i64| {
-        ScalarValue::TimestampMicrosecond(Some(v), Some(hotgate_store::UTC.into())).to_scalar()
-    };
-    let mut keep: Option<BooleanArray> = None;
-    if let Some(s) = since {
-        keep = Some(datafusion::arrow::compute::kernels::cmp::gt_eq(
-            times,
-            &bound(s)?,
-        )?);
-    }
-    if let Some(u) = until {
-        let upper = datafusion::arrow::compute::kernels::cmp::lt(times, &bound(u)?)?;
-        keep = Some(match keep {
-            Some(lower) => datafusion::arrow::compute::and(&lower, &upper)?,
-            None => upper,
-        });
-    }
-    match keep {
-        Some(mask) => Ok(datafusion::arrow::compute::filter_record_batch(
-            &batch, &mask,
-        )?),
-        None => Ok(batch),
     }
 }
 

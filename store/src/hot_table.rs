@@ -18,7 +18,7 @@ use crate::error::{Result, StoreError};
 use crate::log::{Log, LogOptions};
 use crate::metrics::StoreMetrics;
 use crate::pk::{ChangeOp, PkState, StateDb};
-use crate::scan::{HotScan, ScanRequest, Tail};
+use crate::scan::{HotScan, ScanRequest, Tail, check_time_bounds, within_time};
 use crate::segment::EncodedFrame;
 use crate::sync::{read, write};
 use crate::table::{TableDef, TableKind};
@@ -276,11 +276,7 @@ impl HotTable {
         if input.num_rows() == 0 {
             return Ok(result);
         }
-        let bucket_key = input
-            .column_by_name(&self.def.spec().bucket_key)
-            .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
-        let buckets = buckets_of(bucket_key, self.def.buckets())?;
-        let keys = pk.encode_keys(&buckets, &input)?;
+        let (buckets, keys) = self.keys_of(pk, &input)?;
         let mut groups: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (row, bucket) in buckets.iter().enumerate() {
             groups.entry(*bucket).or_default().push(row as u32);
@@ -319,16 +315,23 @@ impl HotTable {
         Ok(result)
     }
 
+    /// The bucket and the RocksDB key of each row of `input`, which holds (at least) the
+    /// key columns by name.
+    fn keys_of(&self, pk: &PkState, input: &RecordBatch) -> Result<(Vec<u32>, Vec<Vec<u8>>)> {
+        let bucket_key = input
+            .column_by_name(&self.def.spec().bucket_key)
+            .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
+        let buckets = buckets_of(bucket_key, self.def.buckets())?;
+        let keys = pk.encode_keys(&buckets, input)?;
+        Ok((buckets, keys))
+    }
+
     /// The current rows of the keys in `keys` (which holds the key columns), in request
     /// order, with the indices of the keys that have no row.
     pub fn lookup(&self, keys: &RecordBatch) -> Result<Lookup> {
         let pk = self.pk()?;
         let input = key_columns(&self.def, keys, "lookup")?;
-        let bucket_key = input
-            .column_by_name(&self.def.spec().bucket_key)
-            .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
-        let buckets = buckets_of(bucket_key, self.def.buckets())?;
-        let encoded = pk.encode_keys(&buckets, &input)?;
+        let (_, encoded) = self.keys_of(pk, &input)?;
         let values = pk.get_many(&encoded)?;
         let mut missing = Vec::new();
         let mut found = Vec::with_capacity(values.len());
@@ -362,15 +365,19 @@ impl HotTable {
     }
 
     /// Streams the current rows of a primary-key table's `buckets` (all when `None`)
-    /// from one RocksDB snapshot, read on a blocking thread. Each bucket's write is one
-    /// atomic RocksDB batch, so the stream never shows half of a bucket's write.
+    /// whose event time lies in `[since, until)`, from one RocksDB snapshot, read on a
+    /// blocking thread. Each bucket's write is one atomic RocksDB batch, so the stream
+    /// never shows half of a bucket's write.
     pub fn read_state(
         self: &Arc<Self>,
         buckets: Option<Vec<u32>>,
+        since: Option<i64>,
+        until: Option<i64>,
         rows_per_batch: usize,
     ) -> Result<StateStream> {
         self.pk()?;
-        Ok(self.spawn_state_reader(buckets, rows_per_batch, None))
+        check_time_bounds(&self.def, since, until)?;
+        Ok(self.spawn_state_reader(buckets, (since, until), rows_per_batch, None))
     }
 
     /// The snapshot-then-changelog handoff: the current rows of every bucket, and the log
@@ -385,7 +392,7 @@ impl HotTable {
         }
         let offsets = self.end_offsets();
         let (taken_tx, taken_rx) = oneshot::channel();
-        let batches = self.spawn_state_reader(None, rows_per_batch, Some(taken_tx));
+        let batches = self.spawn_state_reader(None, (None, None), rows_per_batch, Some(taken_tx));
         // Whether or not the reader got its snapshot (it reports failures on `batches`),
         // the locks go once it stops trying.
         let _ = taken_rx.await;
@@ -396,6 +403,7 @@ impl HotTable {
     fn spawn_state_reader(
         self: &Arc<Self>,
         buckets: Option<Vec<u32>>,
+        (since, until): (Option<i64>, Option<i64>),
         rows_per_batch: usize,
         taken: Option<oneshot::Sender<()>>,
     ) -> StateStream {
@@ -413,7 +421,11 @@ impl HotTable {
                         let _ = t.send(());
                     }
                 },
-                |bucket, batch| sent.blocking_send(Ok((bucket, batch))).is_ok(),
+                |bucket, batch| {
+                    let batch = within_time(&table.def, batch, since, until);
+                    let failed = batch.is_err();
+                    sent.blocking_send(batch.map(|b| (bucket, b))).is_ok() && !failed
+                },
             );
             if let Err(e) = read {
                 let _ = tx.blocking_send(Err(e));

@@ -18,7 +18,8 @@ use crate::error::{Result, StoreError};
 use crate::hot_table::HotTable;
 use crate::log::PlannedFrame;
 use crate::segment::read_frame;
-use crate::table::UTC;
+use crate::table::{TableDef, UTC};
+use crate::validate::time_values;
 
 /// What to read from a table's hot tier. The default reads everything.
 #[derive(Debug, Clone, Default)]
@@ -132,14 +133,7 @@ impl HotScan {
                 "empty time range: since ({s}) must be before until ({u})"
             )));
         }
-        if (request.since.is_some() || request.until.is_some())
-            && table.def().time_index().is_none()
-        {
-            return Err(StoreError::InvalidRequest(format!(
-                "{} has no time_column, so it cannot be read by time (since/until)",
-                table.def().name()
-            )));
-        }
+        check_time_bounds(table.def(), request.since, request.until)?;
         let mut frames = Vec::new();
         for log in table.logs() {
             if request
@@ -241,6 +235,38 @@ impl HotScan {
             batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         }
         Ok(batch)
+    }
+}
+
+/// Time bounds need a time column to apply to.
+pub(crate) fn check_time_bounds(
+    def: &TableDef,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<()> {
+    if (since.is_some() || until.is_some()) && def.time_index().is_none() {
+        return Err(StoreError::InvalidRequest(format!(
+            "{} has no time_column, so it cannot be read by time (since/until)",
+            def.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The rows of `batch` (the stored columns first) whose event time lies in
+/// `[since, until)`; all of them without bounds.
+pub(crate) fn within_time(
+    def: &TableDef,
+    batch: RecordBatch,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<RecordBatch> {
+    match time_values(def, &batch) {
+        Some(times) if since.is_some() || until.is_some() => {
+            let mask = time_mask(times, since, until)?;
+            Ok(arrow_select::filter::filter_record_batch(&batch, &mask)?)
+        }
+        _ => Ok(batch),
     }
 }
 

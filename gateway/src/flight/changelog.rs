@@ -70,18 +70,22 @@ pub(super) fn changelog_schema(
     if !table.is_primary_key() {
         return Ok(visible);
     }
-    let mut fields: Vec<Field> = visible
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
-    fields.extend(change_meta_fields());
-    Ok(Arc::new(arrow_schema::Schema::new(fields)))
+    Ok(with_change_columns(&visible))
 }
 
-/// Columns a primary-key changelog row carries after the stored ones.
-const CHANGE_TRAILING: usize = 4;
+/// `schema` followed by the columns a primary-key changelog row carries after the
+/// stored ones: `_change`, then the store's change metadata.
+fn with_change_columns(schema: &arrow_schema::Schema) -> SchemaRef {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
+    fields.extend(change_meta_fields());
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// How many columns [`with_change_columns`] appends.
+fn change_trailing() -> usize {
+    1 + change_meta_fields().len()
+}
 
 /// Resolves a ticket's explicit start offsets to the table's logs.
 fn start_offsets(
@@ -116,14 +120,6 @@ fn start_offsets(
 /// The current rows of a snapshot in changelog form: `+I`, their bucket, no offset.
 fn snapshot_rows(bucket: u32, rows: &RecordBatch) -> Result<RecordBatch> {
     let n = rows.num_rows();
-    let mut fields: Vec<Field> = rows
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new(CHANGE_COLUMN, DataType::Utf8, false));
-    fields.extend(change_meta_fields());
     let mut columns = rows.columns().to_vec();
     columns.push(Arc::new(StringArray::from(vec!["+I"; n])));
     columns.push(Arc::new(UInt32Array::from(vec![bucket; n])));
@@ -132,7 +128,7 @@ fn snapshot_rows(bucket: u32, rows: &RecordBatch) -> Result<RecordBatch> {
         TimestampMicrosecondArray::from(vec![None::<i64>; n]).with_timezone(hotgate_store::UTC),
     ));
     Ok(RecordBatch::try_new(
-        Arc::new(arrow_schema::Schema::new(fields)),
+        with_change_columns(&rows.schema()),
         columns,
     )?)
 }
@@ -159,7 +155,7 @@ pub(super) fn changelog(
     let pk = table.is_primary_key();
     // Resolved up front so a bad column or start fails the call, not the stream.
     let schema = changelog_schema(&table, &view, c.columns.as_deref())?;
-    let trailing = if pk { CHANGE_TRAILING } else { 0 };
+    let trailing = if pk { change_trailing() } else { 0 };
     let projection: Option<Vec<usize>> = match &c.columns {
         Some(cols) => {
             let visible = view.schema().fields().len();

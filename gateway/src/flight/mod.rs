@@ -457,12 +457,8 @@ impl HotgateFlight {
     ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
         let rules = Governance::write_rules(table.def());
         let governance = Arc::clone(&self.state.governance);
-        let data = futures::stream::once(async { Ok(first) })
-            .chain(input)
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
-        let (tx, rx) = mpsc::channel::<Result<PutResult, Status>>(16);
-        let metrics = Arc::clone(&self.state.metrics);
+        let mut batches = put_batches(first, input);
+        let (acks, responses) = PutAcks::new(&self.state, completion);
         // As for appends, a change in progress completes even if the caller goes away.
         tokio::spawn(async move {
             let mut failure: Option<GatewayError> = None;
@@ -470,13 +466,12 @@ impl HotgateFlight {
                 let batch = match item {
                     Ok(b) => b,
                     Err(e) => {
-                        failure = Some(GatewayError::InvalidArgument(format!(
-                            "DoPut stream could not be decoded as Arrow IPC: {e}"
-                        )));
+                        failure = Some(undecodable(e));
                         break;
                     }
                 };
-                completion.add_bytes(batch.get_array_memory_size() as u64);
+                acks.completion
+                    .add_bytes(batch.get_array_memory_size() as u64);
                 let written = match rules.apply(&batch, governance.hash_key()) {
                     Ok(b) => table
                         .write_changes(&b, op)
@@ -485,30 +480,16 @@ impl HotgateFlight {
                     Err(e) => Err(e.into()),
                 };
                 match written {
-                    Ok(r) => {
-                        metrics.put_rows.inc_by(r.rows);
-                        completion.add_rows(r.rows);
-                        let message = serde_json::to_vec(&r)
-                            .map(|m| PutResult {
-                                app_metadata: m.into(),
-                            })
-                            .map_err(|e| Status::internal(e.to_string()));
-                        let _ = tx.send(message).await;
-                    }
+                    Ok(r) => acks.ack(r.rows, &r).await,
                     Err(e) => {
                         failure = Some(e);
                         break;
                     }
                 }
             }
-            completion.finished();
-            if let Some(e) = failure {
-                metrics.errors.with_label_values(&[e.code()]).inc();
-                completion.failed(&format!("{}: {e}", e.code()));
-                let _ = tx.send(Err(e.into())).await;
-            }
+            acks.finish(failure).await;
         });
-        Ok(ReceiverStream::new(rx).boxed())
+        Ok(responses)
     }
 
     /// Streams a DoPut's batches into the table, acknowledging each once durable.
@@ -522,12 +503,8 @@ impl HotgateFlight {
         // Drop and hash happen here, before the batch reaches the store.
         let rules = Governance::write_rules(table.def());
         let governance = Arc::clone(&self.state.governance);
-        let data = futures::stream::once(async { Ok(first) })
-            .chain(input)
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
-        let (tx, rx) = mpsc::channel::<Result<PutResult, Status>>(16);
-        let metrics = Arc::clone(&self.state.metrics);
+        let mut batches = put_batches(first, input);
+        let (acks, responses) = PutAcks::new(&self.state, completion);
         // Appends run to completion even if the caller goes away, so an in-flight append
         // is never half-applied; shutdown waits for this task through the response stream.
         tokio::spawn(async move {
@@ -543,15 +520,8 @@ impl HotgateFlight {
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                         let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
                         match done {
-                            Ok(r) => {
-                                metrics.put_rows.inc_by(r.rows);
-                                completion.add_rows(r.rows);
-                                let message = serde_json::to_vec(&r)
-                                    .map(|m| PutResult { app_metadata: m.into() })
-                                    .map_err(|e| Status::internal(e.to_string()));
-                                // If the caller left, queued appends still complete.
-                                let _ = tx.send(message).await;
-                            }
+                            // If the caller left, queued appends still complete.
+                            Ok(r) => acks.ack(r.rows, &r).await,
                             Err(e) => {
                                 failure.get_or_insert(e.into());
                                 input_done = true;
@@ -562,7 +532,7 @@ impl HotgateFlight {
                         match item {
                             None => input_done = true,
                             Some(Ok(batch)) => {
-                                completion.add_bytes(batch.get_array_memory_size() as u64);
+                                acks.completion.add_bytes(batch.get_array_memory_size() as u64);
                                 let stored = rules.apply(&batch, governance.hash_key());
                                 let queued = match stored {
                                     Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
@@ -577,9 +547,7 @@ impl HotgateFlight {
                                 }
                             }
                             Some(Err(e)) => {
-                                failure = Some(GatewayError::InvalidArgument(format!(
-                                    "DoPut stream could not be decoded as Arrow IPC: {e}"
-                                )));
+                                failure = Some(undecodable(e));
                                 input_done = true;
                             }
                         }
@@ -590,14 +558,70 @@ impl HotgateFlight {
                     break;
                 }
             }
-            completion.finished();
-            if let Some(e) = failure {
-                metrics.errors.with_label_values(&[e.code()]).inc();
-                completion.failed(&format!("{}: {e}", e.code()));
-                let _ = tx.send(Err(e.into())).await;
-            }
+            acks.finish(failure).await;
         });
-        Ok(ReceiverStream::new(rx).boxed())
+        Ok(responses)
+    }
+}
+
+/// The Arrow batches of a DoPut stream, its first message (which carried the
+/// descriptor) included.
+fn put_batches(first: FlightData, input: Streaming<FlightData>) -> FlightRecordBatchStream {
+    let data = futures::stream::once(async { Ok(first) })
+        .chain(input)
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    FlightRecordBatchStream::new_from_flight_data(data)
+}
+
+fn undecodable(e: FlightError) -> GatewayError {
+    GatewayError::InvalidArgument(format!(
+        "DoPut stream could not be decoded as Arrow IPC: {e}"
+    ))
+}
+
+/// The response side of a DoPut: one PutResult per batch once it is stored, counted in
+/// the metrics and the call's audit completion, then the failure that ended the stream.
+struct PutAcks {
+    tx: mpsc::Sender<Result<PutResult, Status>>,
+    metrics: Arc<crate::metrics::GatewayMetrics>,
+    completion: Completion,
+}
+
+impl PutAcks {
+    fn new(
+        state: &GatewayState,
+        completion: Completion,
+    ) -> (Self, BoxStream<'static, Result<PutResult, Status>>) {
+        let (tx, rx) = mpsc::channel(16);
+        let acks = Self {
+            tx,
+            metrics: Arc::clone(&state.metrics),
+            completion,
+        };
+        (acks, ReceiverStream::new(rx).boxed())
+    }
+
+    /// Acknowledges a stored batch of `rows` rows with `result` as its `app_metadata`.
+    async fn ack(&self, rows: u64, result: &impl serde::Serialize) {
+        self.metrics.put_rows.inc_by(rows);
+        self.completion.add_rows(rows);
+        let message = serde_json::to_vec(result)
+            .map(|m| PutResult {
+                app_metadata: m.into(),
+            })
+            .map_err(|e| Status::internal(e.to_string()));
+        // A caller that went away no longer reads acknowledgements.
+        let _ = self.tx.send(message).await;
+    }
+
+    /// Ends the call's record, and sends the failure that stopped the stream, if any.
+    async fn finish(self, failure: Option<GatewayError>) {
+        self.completion.finished();
+        if let Some(e) = failure {
+            self.metrics.errors.with_label_values(&[e.code()]).inc();
+            self.completion.failed(&format!("{}: {e}", e.code()));
+            let _ = self.tx.send(Err(e.into())).await;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! before images, batched lookups, scans of the current state, and the
 //! snapshot-then-changelog handoff under concurrent writers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -372,6 +372,19 @@ async fn lookups_and_scans_read_the_current_state() {
     .await
     .unwrap();
     assert_eq!(all.iter().map(RecordBatch::num_rows).sum::<usize>(), 200);
+    // Time bounds apply to the current rows' event time (ts = T0 + id µs).
+    let recent = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+                           "since": "2026-11-30T00:00:00.000195Z",
+                           "until": "2026-11-30T00:00:00.000198Z"}),
+    )
+    .await
+    .unwrap();
+    let mut ids: Vec<i64> = column_i64(&recent, "id").into_iter().flatten().collect();
+    ids.sort();
+    assert_eq!(ids, [195, 196, 197]);
 
     // Bad lookups: a clear InvalidArgument each.
     for (keys, expect) in [
@@ -515,7 +528,7 @@ async fn bad_changes_are_refused_and_write_nothing() {
 }
 
 /// Folds changelog rows into a key → balance state: `+I`/`+U` put, `-U`/`-D` remove.
-fn fold(state: &mut HashMap<i64, f64>, batch: &RecordBatch) {
+fn fold(state: &mut BTreeMap<i64, f64>, batch: &RecordBatch) {
     let ids = batch
         .column_by_name("id")
         .unwrap()
@@ -595,7 +608,7 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
             .into_inner()
             .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s))),
     );
-    let mut state: HashMap<i64, f64> = HashMap::new();
+    let mut state = BTreeMap::new();
     // Per bucket, the offsets of the changes seen after the snapshot.
     let mut seen: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
     let mut snapshot_rows = 0usize;
@@ -683,22 +696,7 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
     }
     assert!(!seen.is_empty(), "the writers' changes never arrived");
     // The folded stream equals the table's final state.
-    let all = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id", "balance"]}),
-    )
-    .await
-    .unwrap();
-    let mut expected = HashMap::new();
-    for b in &all {
-        let ids = b.column(0).as_primitive::<Int64Type>();
-        let balances = b.column(1).as_primitive::<Float64Type>();
-        for i in 0..b.num_rows() {
-            expected.insert(ids.value(i), balances.value(i));
-        }
-    }
-    assert_eq!(state, expected);
+    assert_eq!(state, current_state(&mut client, &token).await);
 }
 
 /// One write of the kill -9 test: an upsert of `key` to `balance`, or a delete.
@@ -816,9 +814,8 @@ async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
     )
     .await
     .unwrap();
-    let mut folded = HashMap::new();
+    let mut folded = BTreeMap::new();
     log.iter().for_each(|b| fold(&mut folded, b));
-    let folded: BTreeMap<i64, f64> = folded.into_iter().collect();
     assert_eq!(folded, state);
 }
 

@@ -383,20 +383,9 @@ pub async fn recovery() -> BenchResult<()> {
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
     for keys in sizes {
         let dir = tempfile::tempdir()?;
-        let spec: hotgate_store::TableSpec = serde_json::from_value(kv_spec())?;
         let name = hotgate_store::TableName::new("bench", "kv")?;
-        let store = hotgate_store::Store::open(dir.path(), Default::default())?;
-        let table = store.create_table(spec).await?;
-        let ts = now_us();
         let start = Instant::now();
-        let mut first = 0;
-        while first < keys {
-            let end = (first + LOAD_BATCH).min(keys);
-            table
-                .write_changes(&kv_batch(first..end, ts)?, hotgate_store::ChangeOp::Upsert)
-                .await?;
-            first = end;
-        }
+        let (store, table) = load_store(dir.path(), keys, now_us()).await?;
         let load_s = start.elapsed().as_secs_f64();
         drop(table);
         store.close().await;
@@ -434,7 +423,7 @@ async fn count_rows(
     keys: i64,
 ) -> BenchResult<()> {
     let table = store.table(name)?;
-    let mut rows = table.read_state(None, 65_536)?;
+    let mut rows = table.read_state(None, None, None, 65_536)?;
     let mut n = 0;
     while let Some(batch) = rows.recv().await {
         n += batch?.1.num_rows() as i64;
