@@ -26,6 +26,54 @@ pub struct Config {
     /// start. Default `<data_dir>/hash.key`.
     pub hash_key_file: Option<PathBuf>,
     pub audit: AuditConfig,
+    /// The Iceberg catalog of the cold tier. Default: SQLite at `<data_dir>/catalog.db`,
+    /// warehouse `<data_dir>/warehouse`.
+    pub catalog: Option<hotgate_tiering::CatalogConfig>,
+    pub tiering: TieringConfig,
+}
+
+/// The tiering scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TieringConfig {
+    /// Off: no cycles run on a schedule (`POST /v1/tables/{id}/tier` still works) and
+    /// hot retention waits, since nothing gets tiered.
+    pub scheduler: bool,
+    /// How often the scheduler looks for due logs and applies hot retention.
+    #[serde(with = "duration_text")]
+    pub tick: std::time::Duration,
+    /// How often each table is compacted, expired and purged (`0s`: only on request).
+    #[serde(with = "duration_text")]
+    pub maintenance_interval: std::time::Duration,
+    /// Snapshots older than this are expired (the newest one always stays).
+    #[serde(with = "duration_text")]
+    pub snapshot_retention: std::time::Duration,
+    /// Unreferenced files younger than this are not purged.
+    #[serde(with = "duration_text")]
+    pub purge_min_age: std::time::Duration,
+}
+
+impl TieringConfig {
+    pub fn maintenance_options(&self) -> hotgate_tiering::MaintenanceOptions {
+        hotgate_tiering::MaintenanceOptions {
+            compact: true,
+            snapshot_retention: self.snapshot_retention,
+            retain_last: 1,
+            purge_min_age: self.purge_min_age,
+        }
+    }
+}
+
+impl Default for TieringConfig {
+    fn default() -> Self {
+        Self {
+            scheduler: true,
+            tick: std::time::Duration::from_secs(5),
+            maintenance_interval: std::time::Duration::from_secs(3600),
+            snapshot_retention: std::time::Duration::from_secs(3600),
+            purge_min_age: std::time::Duration::from_secs(3600),
+        }
+    }
 }
 
 /// The audit log (`_system.audit`).
@@ -151,6 +199,8 @@ impl Default for Config {
             grants: GrantsConfig::default(),
             hash_key_file: None,
             audit: AuditConfig::default(),
+            catalog: None,
+            tiering: TieringConfig::default(),
         }
     }
 }
@@ -247,6 +297,12 @@ impl Config {
                 }
                 "AUDIT_CHECKPOINT_INTERVAL" => self.audit.checkpoint_interval = duration(&value)?,
                 "AUDIT_KEY_FILE" => self.audit.key_file = Some(PathBuf::from(value)),
+                "TIERING_SCHEDULER" => {
+                    self.tiering.scheduler = value
+                        .parse()
+                        .map_err(|_| ConfigError(format!("{key}={value:?}: use true or false")))?
+                }
+                "TIERING_TICK" => self.tiering.tick = duration(&value)?,
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
@@ -256,12 +312,20 @@ impl Config {
                          HOTGATE_GRANTS_REFRESH, HOTGATE_GRANTS_MAX_STALENESS, HOTGATE_GRANTS_POLARIS_URL, \
                          HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_AUDIT_ENABLED, \
                          HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
-                         HOTGATE_AUDIT_KEY_FILE, HOTGATE_LOG, HOTGATE_TOKEN"
+                         HOTGATE_AUDIT_KEY_FILE, HOTGATE_TIERING_SCHEDULER, HOTGATE_TIERING_TICK, \
+                         HOTGATE_LOG, HOTGATE_TOKEN"
                     )));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The catalog configured, or the embedded SQLite one under the data dir.
+    pub fn catalog_config(&self) -> hotgate_tiering::CatalogConfig {
+        self.catalog
+            .clone()
+            .unwrap_or_else(|| hotgate_tiering::CatalogConfig::embedded(&self.data_dir))
     }
 
     /// The grants document of the file source.

@@ -58,6 +58,18 @@ impl From<StoreError> for GatewayError {
     }
 }
 
+impl From<hotgate_tiering::TieringError> for GatewayError {
+    fn from(e: hotgate_tiering::TieringError) -> Self {
+        use hotgate_tiering::ErrorKind;
+        let msg = e.to_string();
+        match e.kind() {
+            ErrorKind::InvalidArgument => GatewayError::InvalidArgument(msg),
+            ErrorKind::NotFound => GatewayError::NotFound(msg),
+            ErrorKind::Conflict | ErrorKind::Unavailable => GatewayError::Unavailable(msg),
+        }
+    }
+}
+
 impl From<AuthError> for GatewayError {
     fn from(e: AuthError) -> Self {
         match e {

@@ -29,6 +29,9 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/tables", get(list_tables).post(create_table))
         .route("/v1/tables/{id}", get(get_table))
+        .route("/v1/tables/{id}/tier", post(tier_table))
+        .route("/v1/tables/{id}/tiering", get(tiering_status))
+        .route("/v1/tables/{id}/maintenance", post(maintain_table))
         .route("/v1/grants", get(get_grants))
         .route("/v1/grants/sync", post(sync_grants))
         .route("/v1/grants/drift", get(grants_drift))
@@ -169,6 +172,12 @@ async fn create_table(
     audit.set_table(&name);
     audit.set_request(&serde_json::to_vec(&spec).unwrap_or_default());
     audit.allow_once().await?;
+    // The Iceberg table first: a catalog failure leaves no hot table behind, and a retry
+    // of the same definition reuses an Iceberg table created before.
+    let def = hotgate_store::TableDef::new(spec.clone())?;
+    if def.tiering().enabled && matches!(def.kind(), hotgate_store::TableKind::Log) {
+        state.tierer.ensure_table(&def).await?;
+    }
     let table = state.store.create_table(spec).await?;
     tracing::info!(table = %name, principal = %principal.name, "table created");
     Ok((StatusCode::CREATED, Json(describe(&table))))
@@ -200,20 +209,136 @@ async fn get_table(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse> {
+    let table = table_call(&state, &caller, "describe_table", &id, Privilege::TableList).await?;
+    Ok(Json(describe(&table)))
+}
+
+/// Authenticates, checks `privilege` on table `id` and records the call; returns the
+/// table.
+async fn table_call(
+    state: &Arc<GatewayState>,
+    caller: &Caller,
+    action: &str,
+    id: &str,
+    privilege: Privilege,
+) -> Result<Arc<HotTable>> {
     let mut name = None;
-    let (_, mut audit) = audited(&state, &caller, "describe_table", |principal| {
-        let parsed = TableName::parse(&id)?;
+    let (_, mut audit) = audited(state, caller, action, |principal| {
+        let parsed = TableName::parse(id)?;
         name = Some(parsed.clone());
         state
             .governance
-            .authorize_table(principal, Privilege::TableList, &parsed)
+            .authorize_table(principal, privilege, &parsed)
     })
     .await?;
     let name = name.ok_or_else(|| GatewayError::Internal("the checked name is gone".into()))?;
     audit.set_table(&name);
     audit.allow_once().await?;
-    let table = state.store.table(&name)?;
-    Ok(Json(describe(&table)))
+    Ok(state.store.table(&name)?)
+}
+
+/// `POST /v1/tables/{id}/tier`: one tiering cycle now, whatever the cadence. Needs
+/// `CATALOG_MANAGE_CONTENT` (or a grant implying it) on the table.
+async fn tier_table(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    let table = table_call(
+        &state,
+        &caller,
+        "tier",
+        &id,
+        Privilege::CatalogManageContent,
+    )
+    .await?;
+    if !state.tierer.is_ready(table.def().name()) {
+        state.tierer.ensure_table(table.def()).await?;
+    }
+    let now = chrono::Utc::now().timestamp_micros();
+    let report = state.tierer.cycle(&table, now, true).await?;
+    Ok(Json(report))
+}
+
+/// The optional body of `POST /v1/tables/{id}/maintenance`; absent fields take the
+/// configured defaults.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MaintenanceBody {
+    compact: Option<bool>,
+    snapshot_retention: Option<String>,
+    retain_last: Option<usize>,
+    purge_min_age: Option<String>,
+}
+
+fn duration_field(
+    name: &str,
+    value: &Option<String>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration> {
+    match value {
+        None => Ok(default),
+        Some(text) => humantime::parse_duration(text).map_err(|e| {
+            GatewayError::InvalidArgument(format!("{name}: {text:?} is not a duration ({e})"))
+        }),
+    }
+}
+
+/// `POST /v1/tables/{id}/maintenance`: compaction, snapshot expiry and the purge, now.
+/// Needs `CATALOG_MANAGE_CONTENT` on the table.
+async fn maintain_table(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Option<Json<MaintenanceBody>>,
+) -> Result<impl IntoResponse> {
+    let table = table_call(
+        &state,
+        &caller,
+        "maintenance",
+        &id,
+        Privilege::CatalogManageContent,
+    )
+    .await?;
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let defaults = state.maintenance.clone();
+    let options = hotgate_tiering::MaintenanceOptions {
+        compact: body.compact.unwrap_or(defaults.compact),
+        snapshot_retention: duration_field(
+            "snapshot_retention",
+            &body.snapshot_retention,
+            defaults.snapshot_retention,
+        )?,
+        retain_last: body.retain_last.unwrap_or(defaults.retain_last),
+        purge_min_age: duration_field(
+            "purge_min_age",
+            &body.purge_min_age,
+            defaults.purge_min_age,
+        )?,
+    };
+    if options.retain_last == 0 {
+        return Err(GatewayError::InvalidArgument(
+            "retain_last must be at least 1".into(),
+        ));
+    }
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let report = state.tierer.maintain(table.def(), now_ms, &options).await?;
+    Ok(Json(report))
+}
+
+/// `GET /v1/tables/{id}/tiering`: watermarks, live files and bytes, the size histogram
+/// and the current snapshot. Needs `TABLE_LIST` on the table.
+async fn tiering_status(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    let table = table_call(&state, &caller, "tiering_status", &id, Privilege::TableList).await?;
+    if !state.tierer.is_ready(table.def().name()) {
+        state.tierer.ensure_table(table.def()).await?;
+    }
+    let status = state.tierer.status(table.def()).await?;
+    Ok(Json(status))
 }
 
 /// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog; the call's record
@@ -445,7 +570,7 @@ async fn audit_records(
     };
     audit.set_request(&serde_json::to_vec(&query).unwrap_or_default());
     audit.set_view(&view, view.schema());
-    let mut page = match query_audit(table, &view, &query).await {
+    let mut page = match query_audit(table, &state.tierer, &view, &query).await {
         Ok(page) => page,
         Err(e) => {
             audit.deny(&e).await;

@@ -1,10 +1,9 @@
 //! hotgate-gateway: Flight, Flight SQL and HTTP, query planning, audit and orchestration.
 //!
 //! Owns: the `hotgate` binary, authentication, per-command authorization, DataFusion
-//! planning over the hot tier (and later the cold tier), metrics, and the server's
-//! lifecycle.
-//! Must not touch: segment files or policy internals directly; it goes through
-//! `hotgate-store` and `hotgate-policy`.
+//! planning over both tiers, the tiering scheduler, metrics, and the server's lifecycle.
+//! Must not touch: segment files, Iceberg metadata or policy internals directly; it goes
+//! through `hotgate-store`, `hotgate-tiering` and `hotgate-policy`.
 //!
 //! ```text
 //! server ── flight (FlightService) ─┬─ ticket (JSON commands) ── planner (DataFusion)
@@ -21,6 +20,7 @@ pub mod http;
 pub mod metrics;
 pub mod planner;
 pub mod polaris;
+pub mod scheduler;
 pub mod secret_file;
 pub mod server;
 pub mod state;

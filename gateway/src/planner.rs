@@ -1,6 +1,7 @@
-//! Query planning with DataFusion: the hot table as a `TableProvider` whose scans stream
-//! from the store with projection and event-time pushdown, and the plan a scan command
-//! compiles to, always inside the caller's secure view.
+//! Query planning with DataFusion: a table as a `TableProvider` whose scans stream the
+//! hot tier from the store (projection and event-time pushdown), unioned with a cold
+//! Iceberg snapshot when the read needs one; and the plan a scan command compiles to,
+//! always inside the caller's secure view, which wraps the whole union.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, LogId, ScanRequest};
+use hotgate_tiering::{ColdScanRequest, ColdSnapshot, Tierer};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{GatewayError, Result};
@@ -30,13 +32,118 @@ use crate::ticket::Scan;
 /// Most partitions one scan is split into (each reads a subset of the logs).
 const MAX_PARTITIONS: usize = 4;
 
-/// The hot tier of one table as DataFusion sees it.
+/// Which tiers a read touches, as the audit and the tier-boundary counters see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiers {
+    Hot,
+    Cold,
+    HotAndCold,
+}
+
+impl Tiers {
+    pub fn names(self) -> Vec<String> {
+        match self {
+            Tiers::Hot => vec!["hot".into()],
+            Tiers::Cold => vec!["cold".into()],
+            Tiers::HotAndCold => vec!["hot".into(), "cold".into()],
+        }
+    }
+}
+
+/// The tiers a read of a table uses: the cold snapshot to union with, if any.
+#[derive(Debug, Clone)]
+pub struct TierChoice {
+    pub cold: Option<ColdSnapshot>,
+    pub tiers: Tiers,
+}
+
+impl TierChoice {
+    pub fn hot_only() -> Self {
+        Self {
+            cold: None,
+            tiers: Tiers::Hot,
+        }
+    }
+}
+
+/// Chooses the tiers for a read of `table` in `[since, until)` of `buckets`.
+///
+/// When every log the read can touch still holds its rows from offset 0 (nothing was
+/// purged), the hot tier alone answers exactly, and the cold tier is skipped. Otherwise
+/// the read is the union of the current cold snapshot S and the hot logs from S's
+/// offsets, so each row is read once. A table whose Iceberg table is not open cannot
+/// answer such a read: that is `Unavailable`, not a silently partial answer.
+pub fn choose_tiers(
+    tierer: &Tierer,
+    table: &HotTable,
+    since: Option<i64>,
+    until: Option<i64>,
+    buckets: Option<&[u32]>,
+) -> Result<TierChoice> {
+    let def = table.def();
+    if !def.tiering().enabled || table.is_primary_key() {
+        return Ok(TierChoice::hot_only());
+    }
+    const DAY_US: i64 = 86_400_000_000;
+    let first_day = since.map(|s| s.div_euclid(DAY_US));
+    let last_day = until.map(|u| (u - 1).div_euclid(DAY_US));
+    let relevant = |id: &LogId| {
+        let day = id.day.map(i64::from);
+        buckets.is_none_or(|b| b.contains(&id.bucket))
+            && day
+                .is_none_or(|d| first_day.is_none_or(|f| d >= f) && last_day.is_none_or(|l| d <= l))
+    };
+    let hot_complete = table
+        .logs()
+        .iter()
+        .filter(|l| relevant(&l.id()))
+        .all(|l| l.start_offset() == 0);
+    let cold = match tierer.cold_snapshot(def.name()) {
+        Ok(cold) => cold,
+        Err(_) if hot_complete => None,
+        Err(e) => {
+            return Err(GatewayError::Unavailable(format!(
+                "the cold tier of {} is not readable, and the hot tier no longer holds all \
+                 of the rows asked for: {e}",
+                def.name()
+            )));
+        }
+    };
+    // A log the cold snapshot covers that the hot tier no longer has at all.
+    let cold_only = cold.as_ref().is_some_and(|c| {
+        c.offsets
+            .0
+            .keys()
+            .any(|id| relevant(id) && table.log(*id).is_none())
+    });
+    Ok(match cold {
+        Some(cold) if !hot_complete || cold_only => {
+            let hot_rows = table
+                .logs()
+                .iter()
+                .any(|l| relevant(&l.id()) && l.end_offset() > cold.offsets.get(&l.id()));
+            TierChoice {
+                tiers: if hot_rows {
+                    Tiers::HotAndCold
+                } else {
+                    Tiers::Cold
+                },
+                cold: Some(cold),
+            }
+        }
+        _ => TierChoice::hot_only(),
+    })
+}
+
+/// One table as DataFusion sees it: the hot tier, unioned with a cold snapshot when the
+/// read needs one.
 #[derive(Debug)]
 pub struct HotTableProvider {
     table: Arc<HotTable>,
     since: Option<i64>,
     until: Option<i64>,
     buckets: Option<Vec<u32>>,
+    cold: Option<ColdSnapshot>,
 }
 
 impl HotTableProvider {
@@ -45,12 +152,14 @@ impl HotTableProvider {
         since: Option<i64>,
         until: Option<i64>,
         buckets: Option<Vec<u32>>,
+        cold: Option<ColdSnapshot>,
     ) -> Self {
         Self {
             table,
             since,
             until,
             buckets,
+            cold,
         }
     }
 
@@ -152,8 +261,29 @@ impl TableProvider for HotTableProvider {
             })
             .map(|l| (l.id(), l.end_offset()))
             .collect();
+        // With a cold snapshot, the hot tier is read from the offsets it covers.
+        let start_offsets: HashMap<LogId, u64> = self
+            .cold
+            .as_ref()
+            .map(|c| c.offsets.to_map())
+            .unwrap_or_default();
         let parts = logs.len().clamp(1, MAX_PARTITIONS);
-        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(parts);
+        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(parts + 1);
+        if let Some(cold) = &self.cold {
+            partitions.push(Arc::new(ColdPartition {
+                cold: cold.clone(),
+                request: ColdScanRequest {
+                    schema: Some(Arc::clone(&projected)),
+                    time_column: self.time_column().map(str::to_owned),
+                    since,
+                    until,
+                },
+                schema: Arc::clone(&projected),
+                buckets: self.buckets.clone(),
+                bucket_key: self.table.def().spec().bucket_key.clone(),
+                bucket_count: self.table.def().buckets(),
+            }));
+        }
         for i in 0..parts {
             let mine: Vec<(LogId, u64)> = logs.iter().skip(i).step_by(parts).copied().collect();
             let request = ScanRequest {
@@ -167,7 +297,7 @@ impl TableProvider for HotTableProvider {
                 since,
                 until,
                 logs: Some(mine.iter().map(|(id, _)| *id).collect()),
-                start_offsets: HashMap::new(),
+                start_offsets: start_offsets.clone(),
                 end_offsets: mine.into_iter().collect(),
                 change_meta: false,
             };
@@ -273,6 +403,69 @@ impl PartitionStream for StatePartition {
     }
 }
 
+/// The cold part of a union read: one snapshot scanned by iceberg-rust.
+#[derive(Debug)]
+struct ColdPartition {
+    cold: ColdSnapshot,
+    request: ColdScanRequest,
+    schema: SchemaRef,
+    /// A scan of some buckets only (a Flight endpoint) keeps the rows of those.
+    buckets: Option<Vec<u32>>,
+    bucket_key: String,
+    bucket_count: u32,
+}
+
+impl PartitionStream for ColdPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let cold = self.cold.clone();
+        let mut request = self.request.clone();
+        let schema = Arc::clone(&self.schema);
+        let buckets = self.buckets.clone();
+        let bucket_key = self.bucket_key.clone();
+        let n = self.bucket_count;
+        // Bucket filtering needs the bucket key even when the caller did not ask for it.
+        if buckets.is_some() && schema.index_of(&bucket_key).is_err() {
+            request.schema = None;
+        }
+        let out_schema = Arc::clone(&schema);
+        let batches = futures::stream::once(async move { cold.scan(request).await })
+            .map(|opened| match opened {
+                Ok(stream) => stream,
+                Err(e) => futures::stream::iter([Err(e)]).boxed(),
+            })
+            .flatten()
+            .map(move |item| {
+                let batch = item.map_err(|e| to_df(e.into()))?;
+                let batch = match &buckets {
+                    Some(b) => keep_buckets(&batch, &bucket_key, n, b)?,
+                    None => batch,
+                };
+                let indices = out_schema
+                    .fields()
+                    .iter()
+                    .map(|f| batch.schema().index_of(f.name()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                hotgate_tiering::convert::conform(&batch.project(&indices)?, &out_schema)
+                    .map_err(|e| to_df(e.into()))
+            });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+    }
+}
+
+/// The rows of `batch` whose bucket key falls in `buckets` (Iceberg's `bucket[n]`).
+fn keep_buckets(batch: &RecordBatch, key: &str, n: u32, buckets: &[u32]) -> DfResult<RecordBatch> {
+    let column = batch.column(batch.schema().index_of(key)?);
+    let ids = hotgate_store::bucket::buckets_of(column, n).map_err(|e| to_df(e.into()))?;
+    let mask: arrow_array::BooleanArray = ids.iter().map(|b| Some(buckets.contains(b))).collect();
+    Ok(datafusion::arrow::compute::filter_record_batch(
+        batch, &mask,
+    )?)
+}
+
 /// One partition of a hot scan: a blocking reader feeding a bounded channel.
 #[derive(Debug)]
 struct HotPartition {
@@ -325,7 +518,12 @@ pub fn session() -> SessionContext {
 /// Compiles a scan command into a DataFusion plan: the hot table wrapped in the caller's
 /// secure view (row filter on unmasked values, then masks), with the caller's own filter,
 /// projection and limit on top, so they only ever see masked values.
-pub async fn plan_scan(table: Arc<HotTable>, view: &SecureView, scan: &Scan) -> Result<DataFrame> {
+pub async fn plan_scan(
+    table: Arc<HotTable>,
+    view: &SecureView,
+    scan: &Scan,
+    tiers: &TierChoice,
+) -> Result<DataFrame> {
     if let Some(cols) = &scan.columns {
         check_columns(view, cols)?;
     }
@@ -339,7 +537,13 @@ pub async fn plan_scan(table: Arc<HotTable>, view: &SecureView, scan: &Scan) -> 
     if let Some(filter) = &scan.filter {
         check_filter_columns(&ctx, &table, view, filter)?;
     }
-    let provider = HotTableProvider::new(table, scan.since, scan.until, scan.buckets.clone());
+    let provider = HotTableProvider::new(
+        table,
+        scan.since,
+        scan.until,
+        scan.buckets.clone(),
+        tiers.cold.clone(),
+    );
     let mut df = ctx.read_table(Arc::new(provider))?;
     if !view.is_unrestricted() {
         if let Some(row_filter) = view.row_filter() {

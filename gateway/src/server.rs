@@ -1,4 +1,4 @@
-//! Wiring: open the store, build the authenticator, bind Flight and HTTP, and shut down
+//! Wiring: open the store and the catalog, build the authenticator, bind Flight and HTTP, and shut down
 //! cleanly (stop accepting, let in-flight calls and appends finish, sync, return).
 
 use std::future::Future;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use hotgate_policy::{EmbeddedIssuer, JwtValidator};
 use hotgate_store::{Store, StoreOptions};
+use hotgate_tiering::{Catalog, Tierer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -119,6 +120,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
+    let catalog = Catalog::open(config.catalog_config()).await?;
+    let tierer = Arc::new(Tierer::new(catalog));
+    for hot in store.tables() {
+        let def = hot.def();
+        if def.tiering().enabled && matches!(def.kind(), hotgate_store::TableKind::Log) {
+            // Not fatal: the scheduler retries tables whose Iceberg table is not open.
+            if let Err(e) = tierer.ensure_table(def).await {
+                tracing::warn!(table = %def.name(), "cannot open the Iceberg table: {e}");
+            }
+        }
+    }
     let authn = Arc::new(Authenticator::new(validator(&config).await?));
     let governance = Arc::new(Governance::open(&config).await?);
     let audit_key =
@@ -145,12 +157,25 @@ pub async fn run(
     audit.spawn_background(config.audit.checkpoint_interval, stop_rx.clone());
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
+        tierer: Arc::clone(&tierer),
+        maintenance: config.tiering.maintenance_options(),
         authn: Arc::clone(&authn),
         governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),
         audit: Arc::clone(&audit),
         shutdown: stop_rx.clone(),
     });
+
+    if config.tiering.scheduler {
+        crate::scheduler::spawn_tiering(
+            Arc::clone(&state),
+            config.tiering.tick,
+            config.tiering.maintenance_interval,
+            stop_rx.clone(),
+        );
+    } else {
+        tracing::warn!("the tiering scheduler is off: tables are tiered only on request");
+    }
 
     let interceptor_authn = Arc::clone(&authn);
     let interceptor_audit = Arc::clone(&audit);

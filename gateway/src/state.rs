@@ -1,9 +1,10 @@
-//! What every handler shares: the store, authentication, governance (grants, policies,
+//! What every handler shares: the store, the tierer, authentication, governance (grants, policies,
 //! write key), the audit log, metrics and the shutdown signal.
 
 use std::sync::Arc;
 
 use hotgate_store::Store;
+use hotgate_tiering::Tierer;
 use tokio::sync::watch;
 
 use crate::audit::AuditLog;
@@ -14,6 +15,10 @@ use crate::metrics::GatewayMetrics;
 #[derive(Debug)]
 pub struct GatewayState {
     pub store: Arc<Store>,
+    /// The cold tier: Iceberg tables, tiering cycles and their watermarks.
+    pub tierer: Arc<Tierer>,
+    /// Maintenance defaults (from `[tiering]`), for the scheduler and the HTTP route.
+    pub maintenance: hotgate_tiering::MaintenanceOptions,
     pub authn: Arc<Authenticator>,
     pub governance: Arc<Governance>,
     pub metrics: Arc<GatewayMetrics>,

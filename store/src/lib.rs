@@ -34,7 +34,7 @@ pub use hot_table::{
     StateSnapshot, StateStream,
 };
 pub use inspect::{InspectedFrame, inspect_table};
-pub use log::{Log, LogOptions};
+pub use log::{Clock, Log, LogOptions, Pending};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use pk::{CHANGE_COLUMN, ChangeOp};
 pub use scan::{

@@ -26,6 +26,32 @@ use crate::sync::{lock, read, write};
 /// Queue depth per log before appenders wait (backpressure).
 const QUEUE_DEPTH: usize = 4096;
 
+/// The clock that stamps commits, in µs since the epoch: the system clock, except in
+/// simulations (the tiering benchmark's simulated day).
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    pub fn system() -> Self {
+        Self(Arc::new(now_micros))
+    }
+
+    /// A clock that reads `f`.
+    pub fn from_fn(f: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    pub fn now(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clock({})", self.now())
+    }
+}
+
 /// Tuning of the logs; the defaults suit production.
 #[derive(Debug, Clone)]
 pub struct LogOptions {
@@ -33,6 +59,8 @@ pub struct LogOptions {
     pub segment_bytes: u64,
     /// Upper bound of the bytes one group commit writes.
     pub max_group_bytes: u64,
+    /// Stamps each group commit's `commit_ts`.
+    pub clock: Clock,
 }
 
 impl Default for LogOptions {
@@ -40,6 +68,7 @@ impl Default for LogOptions {
         Self {
             segment_bytes: 64 * 1024 * 1024,
             max_group_bytes: 16 * 1024 * 1024,
+            clock: Clock::system(),
         }
     }
 }
@@ -107,6 +136,15 @@ struct ActiveSegment {
     path: PathBuf,
     size: u64,
     next_offset: u64,
+}
+
+/// The untiered part of a log, as [`Log::pending`] measures it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub rows: u64,
+    pub bytes: u64,
+    /// Commit time (µs since the epoch) of the oldest pending frame.
+    pub oldest_commit_ts: Option<i64>,
 }
 
 /// One (partition, bucket) log.
@@ -289,6 +327,29 @@ impl Log {
         read(&self.segments).first().map_or(0, |s| s.base_offset)
     }
 
+    /// What lies at and past `from`: the frame bytes (IPC, about what Parquet will hold
+    /// before compression), the rows, and the commit time of the oldest such frame.
+    /// Tiering's cadence reads it to decide whether a log is due.
+    pub fn pending(&self, from: u64) -> Pending {
+        let mut pending = Pending::default();
+        let segments = read(&self.segments);
+        for seg in segments.iter().filter(|s| s.end_offset() > from) {
+            let first = seg.frames.partition_point(|f| f.end_offset() <= from);
+            for f in &seg.frames[first..] {
+                let rows = f.end_offset() - f.base_offset.max(from);
+                pending.rows += rows;
+                // A frame cut by `from` counts in proportion to the rows wanted from it.
+                pending.bytes += f.payload_len as u64 * rows / (f.record_count.max(1) as u64);
+                pending.oldest_commit_ts = Some(
+                    pending
+                        .oldest_commit_ts
+                        .map_or(f.commit_ts, |t: i64| t.min(f.commit_ts)),
+                );
+            }
+        }
+        pending
+    }
+
     /// Follows the durable end offset; it changes after every group commit.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.end.subscribe()
@@ -463,7 +524,7 @@ async fn writer_loop(
             continue;
         };
         if !appends.is_empty() {
-            match commit_group(&log, current, appends, &metrics).await {
+            match commit_group(&log, current, appends, &metrics, &options.clock).await {
                 Ok(a) => {
                     current = a;
                     on_commit.send_modify(|n| *n += 1);
@@ -517,8 +578,9 @@ async fn commit_group(
     active: ActiveSegment,
     appends: Vec<(EncodedFrame, Ack)>,
     metrics: &StoreMetrics,
+    clock: &Clock,
 ) -> std::result::Result<ActiveSegment, (Option<ActiveSegment>, String)> {
-    let commit_ts = now_micros();
+    let commit_ts = clock.now();
     let total: u64 = appends.iter().map(|(f, _)| f.frame_len()).sum();
     let mut buf = Vec::with_capacity(total as usize);
     let mut metas = Vec::with_capacity(appends.len());

@@ -1,8 +1,33 @@
 //! hotgate-tiering: the Iceberg cold tier.
 //!
-//! Owns: the catalog, object storage, conversion of hot segments into Parquet files,
-//! exactly-once commits, overwrite and delete commits, maintenance and cold reads.
+//! Owns: the catalog ([`catalog`]), object storage ([`storage`]), the Iceberg table that
+//! mirrors a `TableDef` ([`table_spec`]), conversion of hot logs into Parquet files
+//! ([`convert`]), hotgate-built snapshot commits ([`commit`]), the tiering loop and its
+//! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]) and cold
+//! reads ([`cold_scan`]).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
 //! tier only through `hotgate-store`'s public API.
 //!
-//! Empty for now: the tiering issue fills it in.
+//! ```text
+//! Tierer ── per table: due logs ── Converter (Parquet per (day, bucket))
+//!                                 └── commit (CAS on the catalog pointer, hotgate.offsets)
+//! ```
+
+pub mod catalog;
+pub mod cold_scan;
+pub mod commit;
+pub mod convert;
+mod error;
+pub mod files;
+pub mod maintenance;
+pub mod offsets;
+pub mod storage;
+pub mod table_spec;
+pub mod tierer;
+
+pub use catalog::{Catalog, CatalogConfig};
+pub use cold_scan::{ColdScanRequest, ColdSnapshot};
+pub use error::{ErrorKind, Result, TieringError};
+pub use maintenance::{MaintenanceOptions, MaintenanceReport};
+pub use offsets::TieredOffsets;
+pub use tierer::{CycleReport, Tierer, TieringStatus, WrittenFile};

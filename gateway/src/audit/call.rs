@@ -78,6 +78,11 @@ impl CallAudit {
         self.record.tiers = vec!["hot".to_owned()];
     }
 
+    /// The tiers the read touches (`hot` unless told otherwise).
+    pub fn set_tiers(&mut self, tiers: crate::planner::Tiers) {
+        self.record.tiers = tiers.names();
+    }
+
     /// Keeps only a digest of the request (a ticket, a descriptor, a body): literal
     /// values in filters must not be copied into the audit log.
     pub fn set_request(&mut self, bytes: &[u8]) {

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::table::{LIST_COLUMNS, audit_table_name};
 use crate::error::{GatewayError, Result};
-use crate::planner::plan_scan;
+use crate::planner::{choose_tiers, plan_scan};
 use crate::ticket::Scan;
+use hotgate_tiering::Tierer;
 
 /// Records per page unless `limit` says otherwise, and the most a page holds.
 const DEFAULT_LIMIT: usize = 100;
@@ -118,11 +119,13 @@ impl AuditQuery {
 /// Runs `query` over the audit table through `view`.
 pub async fn query(
     table: Arc<HotTable>,
+    tierer: &Tierer,
     view: &SecureView,
     query: &AuditQuery,
 ) -> Result<AuditPage> {
     let (scan, limit) = query.scan()?;
-    let mut df = plan_scan(table, view, &scan).await?;
+    let tiers = choose_tiers(tierer, &table, scan.since, scan.until, None)?;
+    let mut df = plan_scan(table, view, &scan, &tiers).await?;
     if view.schema().index_of("seq").is_err() {
         return Err(GatewayError::PermissionDenied(
             "the policies on _system.audit hide column seq, which paging needs".into(),

@@ -31,7 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::audit::{CallAudit, Completion};
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
-use crate::planner::{check_columns, plan_scan};
+use crate::planner::{check_columns, choose_tiers, plan_scan};
 use crate::state::GatewayState;
 use crate::ticket::{self, Command, Scan, TicketJson};
 
@@ -120,7 +120,15 @@ impl HotgateFlight {
         let view = self.state.governance.view(principal, &table)?;
         let opened = match command {
             Command::Scan(scan) => {
-                let df = plan_scan(table, &view, &scan).await?;
+                let tiers = choose_tiers(
+                    &self.state.tierer,
+                    &table,
+                    scan.since,
+                    scan.until,
+                    scan.buckets.as_deref(),
+                )?;
+                audit.set_tiers(tiers.tiers);
+                let df = plan_scan(table, &view, &scan, &tiers).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
                 OpenedRead {
@@ -305,7 +313,14 @@ impl HotgateFlight {
         let view = self.state.governance.view(principal, &table)?;
         let (schema, tickets) = match command {
             Command::Scan(scan) => {
-                let df = plan_scan(Arc::clone(&table), &view, &scan).await?;
+                let tiers = choose_tiers(
+                    &self.state.tierer,
+                    &table,
+                    scan.since,
+                    scan.until,
+                    scan.buckets.as_deref(),
+                )?;
+                let df = plan_scan(Arc::clone(&table), &view, &scan, &tiers).await?;
                 let schema = df.schema().as_arrow().clone();
                 let buckets: Vec<u32> = scan
                     .buckets

@@ -9,3 +9,4 @@ mod ingest;
 mod primary_key;
 mod pyarrow_client;
 mod reads;
+mod tiering;

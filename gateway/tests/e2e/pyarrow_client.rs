@@ -1,5 +1,6 @@
 //! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough, governed
-//! reads, the audit trail and primary-key tables) against the real binary. The venv
+//! reads, the audit trail, primary-key tables) and the pyiceberg test of the tiered
+//! Iceberg table against the real binary. The venv
 //! comes from `scripts/setup`; a missing venv fails the test.
 
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ fn pyarrow_flight_walkthrough() {
         .env("HOTGATE_FLIGHT", format!("grpc://{}", server.flight))
         .env("HOTGATE_HTTP", format!("http://{}", server.http))
         .env("HOTGATE_TOKEN", &token)
+        .env("HOTGATE_DATA_DIR", std::path::absolute(dir.path()).unwrap())
         .env("HOTGATE_ADMIN_TOKEN", server.token("root", &["admin"]))
         .env(
             "HOTGATE_ANALYST_TOKEN",

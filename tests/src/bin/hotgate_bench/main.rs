@@ -1,9 +1,9 @@
 //! `hotgate-bench`: end-to-end freshness and Flight read throughput, against a bare
 //! arrow-flight server serving the same batches from memory, in the same run.
 //!
-//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench [reads|lookup|recovery]`
+//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench [reads|lookup|recovery|tiering]`
 //! (`scripts/bench` installs Redis first). Prints JSON lines. `reads` (the default) is
-//! described here; `lookup` and `recovery` in [`lookup`].
+//! described here; `lookup` and `recovery` in [`lookup`]; `tiering` in [`tiering`].
 //! Freshness: each row carries `produced_at`, set by the producer just before it sends
 //! the batch over a long-lived DoPut; a follow-mode changelog DoGet records when each row
 //! arrives. Steady rate: `HOTGATE_BENCH_RATE` rows/s (default 2000), 12,000 rows.
@@ -36,6 +36,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 mod lookup;
+mod tiering;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -893,7 +894,11 @@ fn main() -> std::process::ExitCode {
         "reads" => runtime.block_on(bench()),
         "lookup" => runtime.block_on(lookup::lookup()),
         "recovery" => runtime.block_on(lookup::recovery()),
-        other => Err(format!("unknown benchmark {other:?}; use reads, lookup or recovery").into()),
+        "tiering" => runtime.block_on(tiering::tiering()),
+        other => Err(format!(
+            "unknown benchmark {other:?}; use reads, lookup, recovery or tiering"
+        )
+        .into()),
     };
     match run {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,104 @@
+//! The background work of the cold tier: tiering cycles on their cadence, hot retention
+//! gated by the tiered watermarks, and table maintenance every `maintenance_interval`.
+//!
+//! Each tick visits every table: its Iceberg table is created if it is still missing
+//! (a catalog that was down at start is retried here), due logs are tiered, and hot
+//! segments that are both past `hot_retention` and wholly tiered are deleted. A failure
+//! is logged and retried on the next tick; it never stops the loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hotgate_store::{HotTable, TableKind};
+use tokio::sync::watch;
+
+use crate::state::GatewayState;
+
+pub fn spawn_tiering(
+    state: Arc<GatewayState>,
+    tick: Duration,
+    maintenance_interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut last_maintenance = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let maintain = !maintenance_interval.is_zero()
+                && last_maintenance.elapsed() >= maintenance_interval;
+            if maintain {
+                last_maintenance = tokio::time::Instant::now();
+            }
+            for hot in state.store.tables() {
+                if *stop.borrow() {
+                    return;
+                }
+                tick_table(&state, &hot).await;
+                if maintain {
+                    maintain_table(&state, &hot).await;
+                }
+            }
+        }
+    });
+}
+
+async fn maintain_table(state: &GatewayState, hot: &Arc<HotTable>) {
+    let def = hot.def();
+    if !def.tiering().enabled || !state.tierer.is_ready(def.name()) {
+        return;
+    }
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    match state.tierer.maintain(def, now_ms, &state.maintenance).await {
+        Ok(r) => tracing::info!(
+            table = %def.name(),
+            compacted = r.compaction.files_removed,
+            written = r.compaction.files_added,
+            expired = r.snapshots_expired,
+            purged = r.files_purged,
+            "maintenance"
+        ),
+        Err(e) => tracing::warn!(table = %def.name(), "maintenance failed: {e}"),
+    }
+}
+
+async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
+    let def = hot.def();
+    let name = def.name();
+    let now = chrono::Utc::now().timestamp_micros();
+    // Primary-key tables are not tiered yet; their changelog stays hot.
+    if def.tiering().enabled && matches!(def.kind(), TableKind::Log) {
+        if !state.tierer.is_ready(name) {
+            if let Err(e) = state.tierer.ensure_table(def).await {
+                tracing::warn!(table = %name, "cannot open the Iceberg table; retrying next tick: {e}");
+                return;
+            }
+        }
+        match state.tierer.cycle(hot, now, false).await {
+            Ok(report) if report.snapshot_id.is_some() => tracing::info!(
+                table = %name,
+                snapshot = report.snapshot_id,
+                files = report.files.len(),
+                records = report.records,
+                "tiered"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(table = %name, "tiering cycle failed; retrying next tick: {e}")
+            }
+        }
+    }
+    let watermarks = state.tierer.watermarks(name);
+    match hot.apply_retention(now, &watermarks).await {
+        Ok(r) if r.segments_deleted > 0 => tracing::info!(
+            table = %name,
+            segments = r.segments_deleted,
+            bytes = r.bytes_freed,
+            "hot retention"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(table = %name, "hot retention failed: {e}"),
+    }
+}

@@ -1,0 +1,347 @@
+//! Tiering through the real binary: `POST /tier`, union reads across both tiers after
+//! hot retention has dropped tiered segments, and exactly-once when the server is killed
+//! between writing files and committing, or right after committing.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+
+use crate::harness::*;
+
+/// The events table with a hot retention short enough for a test to outlive.
+fn short_lived_events() -> serde_json::Value {
+    let mut t = events_table();
+    t["hot_retention"] = "1s".into();
+    t
+}
+
+const FAST_TICK: [(&str, &str); 1] = [("HOTGATE_TIERING_TICK", "200ms")];
+
+async fn tier(server: &Server, token: &str) -> serde_json::Value {
+    let (status, body) = http_json(
+        server,
+        Method::POST,
+        "/v1/tables/app.events/tier",
+        token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+async fn scan_ids(server: &Server, token: &str) -> Vec<i64> {
+    let mut client = server.client().await;
+    let batches = get(
+        &mut client,
+        token,
+        serde_json::json!({"table": "app.events", "columns": ["id"]}),
+    )
+    .await
+    .unwrap();
+    ints(&batches, "id")
+}
+
+/// Waits until the hot tier has dropped segments of the table (the scheduler's
+/// retention, gated by the tiered watermark), so reads must use the cold tier.
+async fn wait_hot_purged(server: &Server) {
+    let start = Instant::now();
+    let hot_dir = server.data_dir.join("data/app/events");
+    loop {
+        if segments_purged(&hot_dir) {
+            return;
+        }
+        let segments = count_files(&hot_dir, ".log");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "hot retention never ran ({segments} segment files)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+}
+
+fn count_files(dir: &Path, suffix: &str) -> usize {
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .count()
+}
+
+/// True once some log's first segment no longer starts at offset 0.
+fn segments_purged(hot_dir: &Path) -> bool {
+    let mut files = Vec::new();
+    walk(hot_dir, &mut files);
+    let mut logs = std::collections::BTreeMap::<std::path::PathBuf, Vec<String>>::new();
+    for f in files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+    {
+        logs.entry(f.parent().unwrap().to_path_buf())
+            .or_default()
+            .push(f.file_stem().unwrap().to_string_lossy().into_owned());
+    }
+    logs.values()
+        .any(|names| names.iter().all(|n| n.trim_start_matches('0') != ""))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn union_reads_return_every_row_once_across_both_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
+    let token = server.token("alice", &["analyst"]);
+    assert_eq!(
+        create_table(&server, &token, short_lived_events())
+            .await
+            .status(),
+        201
+    );
+    let mut client = server.client().await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(0..200)],
+    )
+    .await
+    .unwrap();
+
+    let report = tier(&server, &token).await;
+    assert!(report["snapshot_id"].is_i64(), "{report}");
+    assert_eq!(report["records"], 200);
+    assert!(!report["files"].as_array().unwrap().is_empty());
+
+    // Hot retention may now drop the tiered segments; reads union both tiers.
+    wait_hot_purged(&server).await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(200..260)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        scan_ids(&server, &token).await,
+        (0..260).collect::<Vec<_>>()
+    );
+
+    // A time range and a filter apply to both tiers.
+    let batches = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.events", "columns": ["id"],
+            "since": "2026-11-30T03:00:00Z", "until": "2026-11-30T03:30:00Z",
+            "filter": "id % 2 = 0"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ints(&batches, "id"),
+        (180..210).filter(|i| i % 2 == 0).collect::<Vec<_>>()
+    );
+
+    // The status shows the watermarks and the files.
+    let (status, body) = http_json(
+        &server,
+        Method::GET,
+        "/v1/tables/app.events/tiering",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["records"], 200);
+    assert!(body["files"].as_u64().unwrap() >= 1);
+    assert_eq!(body["snapshot_id"], report["snapshot_id"]);
+
+    // The audit of a spanning read names both tiers.
+    let (status, audit) = http_json(
+        &server,
+        Method::GET,
+        "/v1/audit?action=scan&table=app.events&limit=1",
+        &server.token("root", &["admin"]),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{audit}");
+    assert_eq!(
+        audit["records"][0]["tiers"],
+        serde_json::json!(["hot", "cold"]),
+        "{audit}"
+    );
+
+    // A second cycle, then maintenance on demand: compaction, expiry, purge. Reads are
+    // unchanged, and the status shows the fewer files.
+    tier(&server, &token).await;
+    let (status, _) = http_json(
+        &server,
+        Method::GET,
+        "/v1/tables/app.events/tiering",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, report) = http_json(
+        &server,
+        Method::POST,
+        "/v1/tables/app.events/maintenance",
+        &token,
+        Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert!(
+        report["compaction"]["files_removed"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+    assert!(report["files_purged"].as_u64().unwrap() >= 1, "{report}");
+    assert_eq!(
+        scan_ids(&server, &token).await,
+        (0..260).collect::<Vec<_>>()
+    );
+    let (status, bad) = http_json(
+        &server,
+        Method::POST,
+        "/v1/tables/app.events/maintenance",
+        &token,
+        Some(serde_json::json!({"purge_min_age": "soon"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    server.terminate();
+}
+
+/// Kills the server while it sits in fail point `point` during a forced cycle, then
+/// restarts it and checks that the union read still returns every row exactly once.
+async fn killed_during_tiering(point: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let flight = free_addr();
+    let http = free_addr();
+    let failpoint = format!("{point}=sleep(60000)");
+    let server = Server::start_env(
+        dir.path(),
+        flight,
+        http,
+        &[("FAILPOINTS", failpoint.as_str()), FAST_TICK[0]],
+    );
+    let token = server.token("alice", &["analyst"]);
+    assert_eq!(
+        create_table(&server, &token, short_lived_events())
+            .await
+            .status(),
+        201
+    );
+    let mut client = server.client().await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(0..150)],
+    )
+    .await
+    .unwrap();
+
+    // The forced cycle hangs in the fail point; kill -9 the server meanwhile.
+    let url = server.http_url("/v1/tables/app.events/tier");
+    let call = tokio::spawn({
+        let token = token.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .send()
+                .await
+        }
+    });
+    let warehouse = dir.path().join("warehouse/app/events");
+    let start = Instant::now();
+    let marker = if point == "tier-before-commit" {
+        ".parquet"
+    } else {
+        ".metadata.json"
+    };
+    let wanted = if point == "tier-before-commit" { 1 } else { 2 };
+    while count_files(&warehouse, marker) < wanted {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the cycle never reached {point}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.kill9();
+    let _ = call.await;
+
+    let server = Server::start_env(dir.path(), flight, http, &FAST_TICK);
+    let mut client = server.client().await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(150..180)],
+    )
+    .await
+    .unwrap();
+    tier(&server, &token).await;
+    wait_hot_purged(&server).await;
+    assert_eq!(
+        scan_ids(&server, &token).await,
+        (0..180).collect::<Vec<_>>()
+    );
+
+    // The purge removes what the killed cycle left behind: afterwards every Parquet file
+    // on disk is a live data file.
+    let (status, report) = http_json(
+        &server,
+        Method::POST,
+        "/v1/tables/app.events/maintenance",
+        &token,
+        Some(serde_json::json!({"compact": false, "snapshot_retention": "0s", "purge_min_age": "0s"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let (_, status_body) = http_json(
+        &server,
+        Method::GET,
+        "/v1/tables/app.events/tiering",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        count_files(&warehouse, ".parquet") as u64,
+        status_body["files"].as_u64().unwrap(),
+        "{report}"
+    );
+    assert_eq!(
+        scan_ids(&server, &token).await,
+        (0..180).collect::<Vec<_>>()
+    );
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_writing_files_and_committing_loses_and_duplicates_nothing() {
+    killed_during_tiering("tier-before-commit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_right_after_the_commit_loses_and_duplicates_nothing() {
+    killed_during_tiering("tier-after-commit").await;
+}

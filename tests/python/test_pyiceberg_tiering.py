@@ -1,0 +1,117 @@
+"""pyiceberg reads what hotgate tiered: SqlCatalog on hotgate's own SQLite catalog file.
+
+The rows equal what was written, the partition spec is day/bucket, and pyiceberg's
+BucketTransform puts every sampled key in the bucket the hot tier acknowledged for it."""
+
+import datetime as dt
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.transforms import BucketTransform, DayTransform
+from pyiceberg.types import StringType
+
+import hotgate_client
+from hotgate_client import FLIGHT
+
+TOKEN = os.environ["HOTGATE_TOKEN"]
+DATA_DIR = os.environ["HOTGATE_DATA_DIR"]
+
+CLICKS = {
+    "namespace": "lake",
+    "name": "clicks",
+    "columns": [
+        {"name": "id", "type": "int64", "nullable": False},
+        {"name": "user_id", "type": "string", "nullable": False},
+        {"name": "email", "type": "string", "tags": ["pii"]},
+        {"name": "ts", "type": "timestamp_us", "nullable": False},
+    ],
+    "time_column": "ts",
+    "bucket_key": "user_id",
+    "buckets": 8,
+}
+
+START = dt.datetime(2026, 11, 29, 22, 0, tzinfo=dt.timezone.utc)
+
+
+def put(client, rows):
+    table = pa.table(
+        {
+            "id": pa.array([r[0] for r in rows], pa.int64()),
+            "user_id": pa.array([r[1] for r in rows], pa.string()),
+            "email": pa.array([r[2] for r in rows], pa.string()),
+            "ts": pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    writer, reader = client.do_put(
+        flight.FlightDescriptor.for_path("lake", "clicks"), table.schema, hotgate_client.options(TOKEN)
+    )
+    writer.write_table(table)
+    writer.done_writing()
+    acks = []
+    while (meta := reader.read()) is not None:
+        acks.append(json.loads(meta.to_pybytes()))
+    writer.close()
+    return acks
+
+
+def test_pyiceberg_reads_the_tiered_table():
+    status, body = hotgate_client.http("POST", "/v1/tables", TOKEN, CLICKS)
+    assert status == 201, body
+    client = flight.FlightClient(FLIGHT)
+    # 240 rows over two days, one user per batch, so each ack names that user's bucket.
+    written = []
+    hot_bucket = {}
+    for u in range(12):
+        user = f"user-{u}"
+        rows = [
+            (u * 20 + i, user, f"{user}@example.com", START + dt.timedelta(minutes=17 * (u * 20 + i)))
+            for i in range(20)
+        ]
+        acks = put(client, rows)
+        buckets = {part["bucket"] for ack in acks for part in ack["parts"]}
+        assert len(buckets) == 1, acks
+        hot_bucket[user] = buckets.pop()
+        written.extend(rows)
+
+    status, report = hotgate_client.http("POST", "/v1/tables/lake.clicks/tier", TOKEN)
+    assert status == 200, report
+    assert report["records"] == len(written)
+
+    catalog = SqlCatalog(
+        "hotgate",
+        uri=f"sqlite:///{DATA_DIR}/catalog.db",
+        warehouse=f"file://{DATA_DIR}/warehouse",
+    )
+    table = catalog.load_table("lake.clicks")
+    assert table.current_snapshot().snapshot_id == report["snapshot_id"]
+
+    # The rows equal what was written.
+    got = table.scan().to_arrow().sort_by("id")
+    assert got.column("id").to_pylist() == [r[0] for r in written]
+    assert got.column("user_id").to_pylist() == [r[1] for r in written]
+    assert got.column("email").to_pylist() == [r[2] for r in written]
+    assert [t.astimezone(dt.timezone.utc) for t in got.column("ts").to_pylist()] == [r[3] for r in written]
+
+    # day(ts), bucket(8, user_id), with the same field ids as hotgate's definition.
+    spec = table.spec()
+    assert [type(f.transform) for f in spec.fields] == [DayTransform, BucketTransform]
+    assert spec.fields[1].transform.num_buckets == 8
+    names = {f.name: f.field_id for f in table.schema().fields}
+    assert names == {"id": 1, "user_id": 2, "email": 3, "ts": 4}
+    # No column statistics for the pii column.
+    assert table.properties["write.metadata.metrics.column.email"] == "none"
+
+    # pyiceberg's bucket transform agrees with the hot tier's routing for every user.
+    bucket = BucketTransform(8).transform(StringType())
+    for user, hot in hot_bucket.items():
+        assert bucket(user) == hot, user
+
+    # Each data file holds one (day, bucket) partition, and its rows agree with it.
+    for task in table.scan().plan_files():
+        partition = task.file.partition
+        rows = pq.read_table(task.file.file_path.removeprefix("file://"))
+        assert {bucket(u) for u in rows.column("user_id").to_pylist()} == {partition[1]}

@@ -1,0 +1,300 @@
+//! Snapshot commits that hotgate builds itself: append, overwrite and delete, all with a
+//! compare-and-swap on the catalog pointer.
+//!
+//! iceberg-rust 0.10.1 offers only `fast_append`, and its `Transaction::commit` silently
+//! re-applies an append on top of whatever was committed meanwhile. Tiering's
+//! exactly-once rests on "these files and these offsets follow exactly that snapshot",
+//! so every hotgate commit goes through [`commit`]:
+//!
+//! 1. read the base snapshot's manifest list; carry untouched manifests over as they are;
+//! 2. rewrite each manifest that holds a removed file, marking it deleted and the rest
+//!    existing; write one manifest of the added files;
+//! 3. write the manifest list, the snapshot (summary with `added-*`, `deleted-*` and
+//!    recomputed `total-*`, plus the caller's properties) and the next metadata file;
+//! 4. swap the catalog pointer from the base metadata to the new one. If another commit
+//!    moved it first, nothing is committed: the files written here are deleted and the
+//!    caller gets [`TieringError::Conflict`] to reload and decide again.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use hotgate_store::TableName;
+use iceberg::MetadataLocation;
+use iceberg::spec::{
+    DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
+    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+};
+use iceberg::table::Table;
+
+use crate::catalog::Catalog;
+use crate::error::{Result, TieringError};
+
+/// What one commit changes.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    pub operation: Operation,
+    /// Data files to add; they must already be written.
+    pub add: Vec<DataFile>,
+    /// Paths of live data files to remove. Each must be live in the base snapshot.
+    pub remove: HashSet<String>,
+    /// Extra snapshot summary properties, such as `hotgate.offsets`.
+    pub properties: HashMap<String, String>,
+}
+
+impl CommitRequest {
+    pub fn append(add: Vec<DataFile>) -> Self {
+        Self {
+            operation: Operation::Append,
+            add,
+            remove: HashSet::new(),
+            properties: HashMap::new(),
+        }
+    }
+
+    pub fn overwrite(remove: HashSet<String>, add: Vec<DataFile>) -> Self {
+        Self {
+            operation: Operation::Overwrite,
+            add,
+            remove,
+            properties: HashMap::new(),
+        }
+    }
+
+    /// Rewritten files with the same rows (compaction): iceberg's `replace` operation.
+    pub fn replace(remove: HashSet<String>, add: Vec<DataFile>) -> Self {
+        Self {
+            operation: Operation::Replace,
+            ..Self::overwrite(remove, add)
+        }
+    }
+
+    pub fn with_property(mut self, key: &str, value: String) -> Self {
+        self.properties.insert(key.to_owned(), value);
+        self
+    }
+}
+
+/// The files a commit wrote besides data files; deleted again when the commit surely
+/// failed. After an ambiguous swap (the database errored) they stay: the table may now
+/// reference them, and the purge removes them if it does not.
+#[derive(Default)]
+struct Written {
+    paths: Vec<String>,
+    ambiguous: bool,
+}
+
+/// Commits `request` on top of `base`, which must still be the table's current
+/// metadata. Returns the table as committed.
+pub async fn commit(
+    catalog: &Catalog,
+    name: &TableName,
+    base: &Table,
+    request: CommitRequest,
+) -> Result<Table> {
+    let mut written = Written::default();
+    match try_commit(catalog, name, base, &request, &mut written).await {
+        Ok(table) => Ok(table),
+        Err(e) if written.ambiguous => Err(e),
+        Err(e) => {
+            for path in &written.paths {
+                if let Err(cleanup) = base.file_io().delete(path).await {
+                    tracing::warn!(%path, error = %cleanup, "cannot delete a file of a failed commit; the purge will");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn try_commit(
+    catalog: &Catalog,
+    name: &TableName,
+    base: &Table,
+    request: &CommitRequest,
+    written: &mut Written,
+) -> Result<Table> {
+    let base_location = base
+        .metadata_location()
+        .ok_or_else(|| TieringError::Internal(format!("{name}: table has no metadata location")))?
+        .to_owned();
+    let metadata = base.metadata();
+    let file_io = base.file_io();
+    let schema = metadata.current_schema().clone();
+    let spec = metadata.default_partition_spec().clone();
+    let parent = metadata.current_snapshot();
+    let snapshot_id = new_snapshot_id();
+    let sequence_number = metadata.next_sequence_number();
+    let commit_uuid = uuid::Uuid::new_v4();
+    let meta_dir = format!("{}/metadata", metadata.location());
+    let mut manifest_counter = 0;
+    let mut next_manifest = |written: &mut Written| {
+        manifest_counter += 1;
+        let path = format!("{meta_dir}/{commit_uuid}-m{manifest_counter}.avro");
+        written.paths.push(path.clone());
+        path
+    };
+
+    let mut summary = SnapshotSummaryCollector::default();
+    let mut manifests: Vec<ManifestFile> = Vec::new();
+    let mut removed: HashSet<&str> = HashSet::new();
+    if let Some(parent) = parent {
+        let list = base.manifest_list_reader(parent).load().await?;
+        for manifest in list.entries() {
+            let touched = if request.remove.is_empty() {
+                None
+            } else {
+                let loaded = manifest.load_manifest(file_io).await?;
+                let hits = loaded
+                    .entries()
+                    .iter()
+                    .any(|e| e.is_alive() && request.remove.contains(e.file_path()));
+                hits.then_some(loaded)
+            };
+            let Some(loaded) = touched else {
+                manifests.push(manifest.clone());
+                continue;
+            };
+            let output = file_io.new_output(next_manifest(written))?;
+            let mut writer = ManifestWriterBuilder::new(
+                output,
+                Some(snapshot_id),
+                schema.clone(),
+                (*spec).clone(),
+            )
+            .build_v2_data();
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let seq = entry.sequence_number().ok_or_else(|| {
+                    TieringError::Internal(format!(
+                        "{name}: manifest entry without sequence number"
+                    ))
+                })?;
+                let file = entry.data_file().clone();
+                if let Some(path) = request.remove.get(entry.file_path()) {
+                    removed.insert(path.as_str());
+                    summary.remove_file(&file, schema.clone(), spec.clone());
+                    writer.add_delete_file(file, seq, entry.file_sequence_number)?;
+                } else {
+                    let added_by = entry.snapshot_id().unwrap_or(parent.snapshot_id());
+                    writer.add_existing_file(file, added_by, seq, entry.file_sequence_number)?;
+                }
+            }
+            manifests.push(writer.write_manifest_file().await?);
+        }
+    }
+    if let Some(missing) = request
+        .remove
+        .iter()
+        .find(|p| !removed.contains(p.as_str()))
+    {
+        return Err(TieringError::Conflict {
+            table: name.to_string(),
+            detail: format!("data file {missing} is not live in the base snapshot"),
+        });
+    }
+    if !request.add.is_empty() {
+        let output = file_io.new_output(next_manifest(written))?;
+        let mut writer =
+            ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), (*spec).clone())
+                .build_v2_data();
+        for file in &request.add {
+            summary.add_file(file, schema.clone(), spec.clone());
+            writer.add_file(file.clone(), sequence_number)?;
+        }
+        manifests.push(writer.write_manifest_file().await?);
+    }
+
+    let list_path = format!("{meta_dir}/snap-{snapshot_id}-0-{commit_uuid}.avro");
+    written.paths.push(list_path.clone());
+    let mut list = ManifestListWriter::v2(
+        file_io.new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        parent.map(|p| p.snapshot_id()),
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+
+    let mut properties = request.properties.clone();
+    properties.extend(summary.build());
+    add_totals(&mut properties, parent.map(|p| p.summary()));
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_manifest_list(list_path)
+        .with_summary(Summary {
+            operation: request.operation.clone(),
+            additional_properties: properties,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+        .build();
+    let new_metadata = metadata
+        .clone()
+        .into_builder(Some(base_location.clone()))
+        .add_snapshot(snapshot)?
+        .set_ref(
+            MAIN_BRANCH,
+            SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+        )?
+        .build()?
+        .metadata;
+    let location = MetadataLocation::from_str(&base_location)?
+        .with_next_version()
+        .with_new_metadata(&new_metadata);
+    written.paths.push(location.to_string());
+    new_metadata.write_to(file_io, &location).await?;
+
+    written.ambiguous = true;
+    let swapped = catalog
+        .swap_metadata(name, &base_location, &location.to_string())
+        .await?;
+    written.ambiguous = false;
+    if !swapped {
+        return Err(TieringError::Conflict {
+            table: name.to_string(),
+            detail: "another commit changed the table since it was read".into(),
+        });
+    }
+    // Reloaded rather than assembled: the catalog builds tables with its own runtime.
+    catalog.load(name).await
+}
+
+/// A snapshot id: any unique positive i64 (iceberg derives its own from a UUID too).
+fn new_snapshot_id() -> i64 {
+    let (hi, lo) = uuid::Uuid::new_v4().as_u64_pair();
+    ((hi ^ lo) & i64::MAX as u64) as i64
+}
+
+/// The `total-*` values: the parent's totals plus what this snapshot added, minus what
+/// it deleted. iceberg-rust's own helper for this is crate-private.
+fn add_totals(props: &mut HashMap<String, String>, parent: Option<&Summary>) {
+    const TOTALS: [(&str, &str, &str); 6] = [
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        ("total-records", "added-records", "deleted-records"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
+    ];
+    let num = |map: &HashMap<String, String>, key: &str| -> i64 {
+        map.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    for (total, added, removed) in TOTALS {
+        let before = parent.map_or(0, |s| num(&s.additional_properties, total));
+        let value = before + num(props, added) - num(props, removed);
+        props.insert(total.to_owned(), value.max(0).to_string());
+    }
+}

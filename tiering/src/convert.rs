@@ -1,0 +1,228 @@
+//! Arrow → Parquet, one hot log at a time, with the writers iceberg-rust uses.
+//!
+//! A hot log (day, bucket) is exactly one Iceberg partition (see the store's `bucket`
+//! module), so each log converts alone: no shuffle, one partition key, files rolled at
+//! the table's target size.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef as ArrowSchemaRef;
+use hotgate_store::{HotTable, LogId, ScanRequest};
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct, TableMetadata};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use tokio::sync::mpsc;
+
+use crate::error::{Result, TieringError};
+
+/// Batches in flight between the blocking segment reader and the Parquet writer.
+const READ_AHEAD: usize = 4;
+
+/// The same columns under `schema`: relabelled (Iceberg's Arrow schema carries field
+/// ids), and cast where the two tiers' Arrow types differ (Iceberg reads and writes
+/// `binary` as `LargeBinary`; the hot tier stores `Binary`).
+pub fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(col, field)| {
+            if col.data_type() == field.data_type() {
+                Ok(Arc::clone(col))
+            } else {
+                arrow_cast::cast(col, field.data_type())
+            }
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}
+
+type PartitionWriter =
+    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// Batches of one partition on their way into rolled Parquet files. The first file is
+/// opened by the first non-empty batch.
+#[derive(Debug)]
+pub struct PartitionSink<'a> {
+    converter: &'a Converter,
+    key: PartitionKey,
+    writer: Option<PartitionWriter>,
+    records: u64,
+}
+
+impl PartitionSink<'_> {
+    pub async fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.records += batch.num_rows() as u64;
+        let batch = conform(&batch, &self.converter.arrow_schema)?;
+        let writer = match self.writer.as_mut() {
+            Some(w) => w,
+            None => self
+                .writer
+                .insert(self.converter.writer(self.key.clone()).await?),
+        };
+        Ok(writer.write(batch).await?)
+    }
+
+    /// Closes the open file; returns the data files written and the rows they hold.
+    pub async fn finish(self) -> Result<(Vec<DataFile>, u64)> {
+        match self.writer {
+            Some(mut w) => Ok((w.close().await?, self.records)),
+            None => Ok((Vec::new(), 0)),
+        }
+    }
+}
+
+/// What converting one log produced.
+#[derive(Debug, Clone)]
+pub struct ConvertedLog {
+    pub log: LogId,
+    /// The offsets converted: `rows.end` is the log's new tiered offset.
+    pub rows: Range<u64>,
+    pub files: Vec<DataFile>,
+    pub records: u64,
+}
+
+/// Writes Parquet data files for one table, partition by partition.
+#[derive(Debug, Clone)]
+pub struct Converter {
+    table: Table,
+    arrow_schema: ArrowSchemaRef,
+    target_file_size: usize,
+    file_prefix: String,
+}
+
+impl Converter {
+    /// A converter for `table`'s current schema and partition spec. File names start
+    /// with `prefix` (unique per cycle), so a cycle's files are recognizable.
+    pub fn new(table: &Table, target_file_size: u64, prefix: String) -> Result<Self> {
+        let schema = table.metadata().current_schema();
+        Ok(Self {
+            table: table.clone(),
+            arrow_schema: Arc::new(schema_to_arrow_schema(schema)?),
+            target_file_size: usize::try_from(target_file_size).unwrap_or(usize::MAX),
+            file_prefix: prefix,
+        })
+    }
+
+    fn metadata(&self) -> &TableMetadata {
+        self.table.metadata()
+    }
+
+    /// The Iceberg partition of a hot log: `(day, bucket)`, or `(bucket)` for tables
+    /// without a day partition.
+    pub fn partition_key(&self, log: LogId) -> Result<PartitionKey> {
+        let spec = self.metadata().default_partition_spec();
+        let bucket = i32::try_from(log.bucket)
+            .map_err(|_| TieringError::Internal(format!("bucket {} out of range", log.bucket)))?;
+        let mut values = Vec::with_capacity(2);
+        if spec.fields().len() == 2 {
+            let day = log.day.ok_or_else(|| {
+                TieringError::Internal(format!("log {log} has no day for a day partition"))
+            })?;
+            values.push(Some(Literal::date(day)));
+        }
+        values.push(Some(Literal::int(bucket)));
+        Ok(PartitionKey::new(
+            (**spec).clone(),
+            self.metadata().current_schema().clone(),
+            Struct::from_iter(values),
+        ))
+    }
+
+    /// A fresh writer for one partition.
+    async fn writer(&self, key: PartitionKey) -> Result<PartitionWriter> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        let parquet = ParquetWriterBuilder::new(props, self.metadata().current_schema().clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            self.target_file_size,
+            self.table.file_io().clone(),
+            DefaultLocationGenerator::new(self.metadata())?,
+            DefaultFileNameGenerator::new(self.file_prefix.clone(), None, DataFileFormat::Parquet),
+        );
+        Ok(DataFileWriterBuilder::new(rolling).build(Some(key)).await?)
+    }
+
+    /// A sink for the batches of one partition.
+    pub fn sink(&self, key: PartitionKey) -> PartitionSink<'_> {
+        PartitionSink {
+            converter: self,
+            key,
+            writer: None,
+            records: 0,
+        }
+    }
+
+    /// Writes batches that all belong to the partition `key`. Empty input writes nothing.
+    pub async fn write_batches(
+        &self,
+        key: PartitionKey,
+        batches: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<Vec<DataFile>> {
+        let mut sink = self.sink(key);
+        for batch in batches {
+            sink.push(batch).await?;
+        }
+        Ok(sink.finish().await?.0)
+    }
+
+    /// Converts the rows `rows` of one hot log into data files. Segment reads run on a
+    /// blocking thread, a few batches ahead of the writer.
+    pub async fn convert_log(
+        &self,
+        hot: &Arc<HotTable>,
+        log: LogId,
+        rows: Range<u64>,
+    ) -> Result<ConvertedLog> {
+        let request = ScanRequest {
+            logs: Some(vec![log]),
+            start_offsets: [(log, rows.start)].into(),
+            end_offsets: [(log, rows.end)].into(),
+            ..ScanRequest::default()
+        };
+        let scan = hot.scan(&request)?;
+        let (tx, mut rx) = mpsc::channel(READ_AHEAD);
+        let reader = tokio::task::spawn_blocking(move || {
+            for item in scan {
+                let stop = item.is_err();
+                if tx.blocking_send(item).is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let mut sink = self.sink(self.partition_key(log)?);
+        while let Some(item) = rx.recv().await {
+            sink.push(item?.batch).await?;
+        }
+        reader
+            .await
+            .map_err(|e| TieringError::Internal(format!("segment reader failed: {e}")))?;
+        let (files, records) = sink.finish().await?;
+        Ok(ConvertedLog {
+            log,
+            rows,
+            files,
+            records,
+        })
+    }
+}

@@ -1,0 +1,73 @@
+//! `hotgate.offsets`: which hot rows a snapshot holds.
+//!
+//! Every snapshot hotgate commits carries, in its summary, the next untiered offset of
+//! each hot log it has ever tiered: `{"day=2026-11-30/bucket=3": 1742, ...}` (log
+//! directories as the hot store names them). A union read of snapshot S reads the hot
+//! tier from S's offsets; tiering resumes from the latest snapshot's offsets after a
+//! crash, so no row is written twice or skipped.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hotgate_store::LogId;
+use iceberg::spec::{SnapshotRef, TableMetadata};
+
+use crate::error::{Result, TieringError};
+
+/// The snapshot summary key.
+pub const OFFSETS_PROP: &str = "hotgate.offsets";
+
+/// Per hot log, the first offset not yet in the cold tier.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TieredOffsets(pub BTreeMap<LogId, u64>);
+
+impl TieredOffsets {
+    pub fn get(&self, log: &LogId) -> u64 {
+        self.0.get(log).copied().unwrap_or(0)
+    }
+
+    pub fn to_json(&self) -> String {
+        let map: BTreeMap<String, u64> = self.0.iter().map(|(k, v)| (k.dir_name(), *v)).collect();
+        serde_json::to_string(&map).unwrap_or_default()
+    }
+
+    pub fn parse(json: &str) -> Result<Self> {
+        let map: BTreeMap<String, u64> = serde_json::from_str(json)
+            .map_err(|e| TieringError::Internal(format!("bad {OFFSETS_PROP}: {e}")))?;
+        let mut out = BTreeMap::new();
+        for (k, v) in map {
+            let id = k
+                .split_once('/')
+                .and_then(|(day, bucket)| LogId::parse_dirs(day, bucket))
+                .ok_or_else(|| {
+                    TieringError::Internal(format!("bad log {k:?} in {OFFSETS_PROP}"))
+                })?;
+            out.insert(id, v);
+        }
+        Ok(Self(out))
+    }
+
+    /// As a map, for the hot store's scan requests and retention.
+    pub fn to_map(&self) -> HashMap<LogId, u64> {
+        self.0.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// The offsets of `snapshot`: its own, or those of its nearest ancestor that has
+    /// them (a snapshot another engine committed carries none). Empty when none has.
+    pub fn of_snapshot(metadata: &TableMetadata, snapshot: Option<&SnapshotRef>) -> Result<Self> {
+        let mut current = snapshot.cloned();
+        while let Some(s) = current {
+            if let Some(json) = s.summary().additional_properties.get(OFFSETS_PROP) {
+                return Self::parse(json);
+            }
+            current = s
+                .parent_snapshot_id()
+                .and_then(|id| metadata.snapshot_by_id(id).cloned());
+        }
+        Ok(Self::default())
+    }
+
+    /// The offsets of the table's current snapshot.
+    pub fn current(metadata: &TableMetadata) -> Result<Self> {
+        Self::of_snapshot(metadata, metadata.current_snapshot())
+    }
+}

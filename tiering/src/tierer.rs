@@ -1,0 +1,364 @@
+//! The tiering loop: hot logs past the tiered offsets become Parquet files, committed
+//! for all buckets of a table at once with the new offsets in the same snapshot.
+//!
+//! - **Cadence.** A log is due when its untiered bytes reach the table's target file
+//!   size, or when its oldest untiered row has waited `max_freshness`. A cycle converts
+//!   every due log and commits once. A forced cycle (`POST .../tier`) converts every log
+//!   with untiered rows.
+//! - **Exactly-once.** The offsets a cycle starts from are read from the table's current
+//!   snapshot, and the commit requires that snapshot to still be current. A crash before
+//!   the commit leaves orphan files the purge removes; after it, the next start reads the
+//!   new offsets. Watermarks are never persisted elsewhere.
+//! - **Watermarks** (the committed offsets) gate hot retention: untiered rows are never
+//!   purged.
+//! - One cycle or maintenance job runs per table at a time (a per-table lock).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hotgate_store::{HotTable, LogId, TableDef, TableKind, TableName};
+use iceberg::table::Table;
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::catalog::Catalog;
+use crate::cold_scan::ColdSnapshot;
+use crate::commit::{CommitRequest, commit};
+use crate::convert::Converter;
+use crate::error::{Result, TieringError};
+use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
+use crate::offsets::{OFFSETS_PROP, TieredOffsets};
+use crate::storage::ObjectStoreStorage;
+use crate::table_spec::table_creation;
+
+/// One file a cycle wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct WrittenFile {
+    pub path: String,
+    pub partition: String,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// What one tiering cycle did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CycleReport {
+    /// The snapshot committed, or none when nothing was due.
+    pub snapshot_id: Option<i64>,
+    pub files: Vec<WrittenFile>,
+    pub records: u64,
+    /// Every log's tiered offset after the cycle, as in `hotgate.offsets`.
+    pub offsets: BTreeMap<String, u64>,
+}
+
+/// What `GET /v1/tables/{id}/tiering` shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TieringStatus {
+    /// Per hot log, the first offset not in the cold tier.
+    pub watermarks: BTreeMap<String, u64>,
+    pub snapshot_id: Option<i64>,
+    /// Commit time of the current snapshot, ms since the epoch.
+    pub snapshot_timestamp_ms: Option<i64>,
+    pub snapshots: usize,
+    pub files: u64,
+    pub bytes: u64,
+    pub records: u64,
+    pub target_file_size: u64,
+    /// Live data files by size relative to the target: `<1/8`, `1/8-1/2`, `1/2-1`, `>=1`.
+    pub size_histogram: BTreeMap<String, u64>,
+}
+
+/// The histogram bucket of a file of `bytes` against `target`.
+pub fn size_class(bytes: u64, target: u64) -> &'static str {
+    let target = target.max(1);
+    if bytes * 8 < target {
+        "<1/8"
+    } else if bytes * 2 < target {
+        "1/8-1/2"
+    } else if bytes < target {
+        "1/2-1"
+    } else {
+        ">=1"
+    }
+}
+
+/// Per-table tiering state.
+#[derive(Debug, Default)]
+struct TableState {
+    /// Held for a whole cycle or maintenance job.
+    busy: Mutex<()>,
+    /// The offsets of the latest committed snapshot.
+    watermarks: RwLock<TieredOffsets>,
+    /// The Iceberg table exists and the watermarks are loaded.
+    ready: std::sync::atomic::AtomicBool,
+    /// The table as last loaded or committed: what union reads scan. Tiering is the
+    /// table's only writer, so this is its current state.
+    current: RwLock<Option<Table>>,
+}
+
+/// Tiers hot tables into their Iceberg tables.
+#[derive(Debug)]
+pub struct Tierer {
+    catalog: Catalog,
+    /// Lists table locations for the purge (iceberg's storage cannot list).
+    listing: ObjectStoreStorage,
+    tables: RwLock<HashMap<TableName, Arc<TableState>>>,
+}
+
+impl Tierer {
+    pub fn new(catalog: Catalog) -> Self {
+        Self {
+            listing: ObjectStoreStorage::new(catalog.config().props().clone()),
+            catalog,
+            tables: RwLock::default(),
+        }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    fn state(&self, name: &TableName) -> Arc<TableState> {
+        if let Some(s) = self
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Arc::clone(s);
+        }
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(tables.entry(name.clone()).or_default())
+    }
+
+    /// Creates the Iceberg table of `def` when it does not exist yet, and loads its
+    /// watermarks. Idempotent: hotgate calls it for every table on start.
+    pub async fn ensure_table(&self, def: &TableDef) -> Result<Table> {
+        let name = def.name();
+        let table = if self.catalog.exists(name).await? {
+            self.catalog.load(name).await?
+        } else {
+            self.catalog.create(name, table_creation(def)?).await?
+        };
+        let offsets = TieredOffsets::current(table.metadata())?;
+        let state = self.state(name);
+        *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = offsets;
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        state
+            .ready
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(table)
+    }
+
+    /// The cold snapshot a union read of `name` pairs with the hot tier: the current
+    /// snapshot and its offsets. `None` when nothing was tiered yet.
+    pub fn cold_snapshot(&self, name: &TableName) -> Result<Option<ColdSnapshot>> {
+        let state = self.state(name);
+        let current = state.current.read().unwrap_or_else(|p| p.into_inner());
+        let Some(table) = current.as_ref() else {
+            return Err(TieringError::NotFound(format!(
+                "the Iceberg table of {name} is not open yet"
+            )));
+        };
+        let Some(snapshot) = table.metadata().current_snapshot() else {
+            return Ok(None);
+        };
+        Ok(Some(ColdSnapshot {
+            table: table.clone(),
+            snapshot_id: snapshot.snapshot_id(),
+            offsets: TieredOffsets::of_snapshot(table.metadata(), Some(snapshot))?,
+        }))
+    }
+
+    /// Whether [`Tierer::ensure_table`] has succeeded for `name` since start.
+    pub fn is_ready(&self, name: &TableName) -> bool {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .is_some_and(|s| s.ready.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// The first untiered offset of each log of `name`, as of the last commit.
+    pub fn watermarks(&self, name: &TableName) -> HashMap<LogId, u64> {
+        self.state(name)
+            .watermarks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .to_map()
+    }
+
+    /// Runs one cycle for `hot`. With `force`, every log with untiered rows is due.
+    /// `now_micros` is the clock the cadence compares commit times with.
+    pub async fn cycle(
+        &self,
+        hot: &Arc<HotTable>,
+        now_micros: i64,
+        force: bool,
+    ) -> Result<CycleReport> {
+        let def = hot.def();
+        let name = def.name();
+        if !def.tiering().enabled {
+            return Err(TieringError::NotFound(format!(
+                "tiering is off for table {name}"
+            )));
+        }
+        if matches!(def.kind(), TableKind::PrimaryKey { .. }) {
+            return Err(TieringError::Invalid(format!(
+                "{name} is a primary-key table: tiering of primary-key tables is not built yet"
+            )));
+        }
+        let state = self.state(name);
+        let _busy = state.busy.lock().await;
+        let base = self.catalog.load(name).await?;
+        let committed = TieredOffsets::current(base.metadata())?;
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(base.clone());
+
+        let due = due_logs(hot, &committed, now_micros, force);
+        let mut report = CycleReport::default();
+        if due.is_empty() {
+            report.offsets = offsets_json(&committed);
+            *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = committed;
+            return Ok(report);
+        }
+
+        let prefix = format!("hg-{}", uuid::Uuid::new_v4().simple());
+        let converter = Converter::new(&base, def.tiering().target_file_size, prefix)?;
+        let mut next = committed.clone();
+        let mut files = Vec::new();
+        for (log, rows) in due {
+            let converted = converter.convert_log(hot, log, rows).await?;
+            for f in &converted.files {
+                report.files.push(WrittenFile {
+                    path: f.file_path().to_owned(),
+                    partition: log.dir_name(),
+                    records: f.record_count(),
+                    bytes: f.file_size_in_bytes(),
+                });
+            }
+            report.records += converted.records;
+            next.0.insert(log, converted.rows.end);
+            files.extend(converted.files);
+        }
+        fail::fail_point!("tier-before-commit");
+        let request = CommitRequest::append(files).with_property(OFFSETS_PROP, next.to_json());
+        let committed_table = commit(&self.catalog, name, &base, request).await?;
+        fail::fail_point!("tier-after-commit");
+        report.snapshot_id = committed_table.metadata().current_snapshot_id();
+        report.offsets = offsets_json(&next);
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(committed_table);
+        *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(report)
+    }
+
+    /// Compacts small files, expires old snapshots and purges unreferenced files, in
+    /// that order, holding the table's lock (no tiering cycle runs meanwhile).
+    pub async fn maintain(
+        &self,
+        def: &TableDef,
+        now_ms: i64,
+        options: &MaintenanceOptions,
+    ) -> Result<MaintenanceReport> {
+        let name = def.name();
+        let state = self.state(name);
+        let _busy = state.busy.lock().await;
+        let mut table = self.catalog.load(name).await?;
+        let mut report = MaintenanceReport::default();
+        if options.compact {
+            let (after, compaction) =
+                compact(&self.catalog, name, table, def.tiering().target_file_size).await?;
+            table = after;
+            report.compaction = compaction;
+        }
+        let (table, expired) = expire(&self.catalog, table, now_ms, options).await?;
+        report.snapshots_expired = expired;
+        let (files, bytes) = purge(&self.listing, &table, now_ms, options.purge_min_age).await?;
+        report.files_purged = files;
+        report.bytes_purged = bytes;
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        Ok(report)
+    }
+
+    /// The watermarks and the live files of the current snapshot.
+    pub async fn status(&self, def: &TableDef) -> Result<TieringStatus> {
+        let table = self.catalog.load(def.name()).await?;
+        let metadata = table.metadata();
+        let target = def.tiering().target_file_size;
+        let mut status = TieringStatus {
+            watermarks: offsets_json(&TieredOffsets::current(metadata)?),
+            snapshot_id: metadata.current_snapshot_id(),
+            snapshot_timestamp_ms: metadata.current_snapshot().map(|s| s.timestamp_ms()),
+            snapshots: metadata.snapshots().len(),
+            target_file_size: target,
+            ..TieringStatus::default()
+        };
+        for class in ["<1/8", "1/8-1/2", "1/2-1", ">=1"] {
+            status.size_histogram.insert(class.to_owned(), 0);
+        }
+        for file in crate::files::live_data_files(&table).await? {
+            status.files += 1;
+            status.bytes += file.file_size_in_bytes();
+            status.records += file.record_count();
+            *status
+                .size_histogram
+                .entry(size_class(file.file_size_in_bytes(), target).to_owned())
+                .or_default() += 1;
+        }
+        Ok(status)
+    }
+
+    /// How long until a log of `hot` is due at the latest, for the scheduler's sleep.
+    pub fn next_due_in(&self, hot: &HotTable, now_micros: i64) -> Option<Duration> {
+        let committed = self.state(hot.def().name());
+        let committed = committed
+            .watermarks
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let freshness = micros(hot.def().tiering().max_freshness);
+        hot.logs()
+            .iter()
+            .filter_map(|log| log.pending(committed.get(&log.id())).oldest_commit_ts)
+            .map(|oldest| (oldest + freshness - now_micros).max(0))
+            .min()
+            .map(|us| Duration::from_micros(us as u64))
+    }
+}
+
+/// The logs a cycle converts, with the offsets to convert.
+fn due_logs(
+    hot: &HotTable,
+    committed: &TieredOffsets,
+    now_micros: i64,
+    force: bool,
+) -> Vec<(LogId, std::ops::Range<u64>)> {
+    let tiering = hot.def().tiering();
+    let freshness = micros(tiering.max_freshness);
+    let mut due = Vec::new();
+    for log in hot.logs() {
+        let from = committed.get(&log.id()).max(log.start_offset());
+        let end = log.end_offset();
+        if from >= end {
+            continue;
+        }
+        if from > committed.get(&log.id()) {
+            tracing::warn!(log = %log.id(), from, "hot rows below this offset were purged before they were tiered");
+        }
+        let pending = log.pending(from);
+        let stale = pending
+            .oldest_commit_ts
+            .is_some_and(|t| now_micros.saturating_sub(t) >= freshness);
+        if force || stale || pending.bytes >= tiering.target_file_size {
+            due.push((log.id(), from..end));
+        }
+    }
+    due
+}
+
+fn offsets_json(offsets: &TieredOffsets) -> BTreeMap<String, u64> {
+    offsets.0.iter().map(|(k, v)| (k.dir_name(), *v)).collect()
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

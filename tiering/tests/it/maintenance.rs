@@ -1,0 +1,85 @@
+//! Maintenance: compaction reduces the file count with the rows unchanged, expiry drops
+//! old snapshots, and the purge deletes every file nothing live references.
+
+use std::time::Duration;
+
+use hotgate_tiering::MaintenanceOptions;
+
+use crate::common::{T0, cold_ids, events, fixture, live_files};
+
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn compaction_expiry_and_purge_leave_one_readable_snapshot() {
+    let f = fixture(1).await;
+    for i in 0..4 {
+        f.hot
+            .append(&events(i * 10..(i + 1) * 10, T0))
+            .await
+            .unwrap();
+        f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    }
+    let before = f.table().await;
+    let old_files = live_files(&before).await;
+    assert_eq!(old_files.len(), 4);
+    let offsets_before = hotgate_tiering::TieredOffsets::current(before.metadata()).unwrap();
+
+    // A clock a minute ahead: every file this test wrote, including those maintenance
+    // itself writes before the purge, is past the (zero) safety age.
+    let now_ms = chrono::Utc::now().timestamp_millis() + 60_000;
+    let options = MaintenanceOptions {
+        compact: true,
+        snapshot_retention: Duration::ZERO,
+        retain_last: 1,
+        purge_min_age: Duration::ZERO,
+    };
+    let report = f.tierer.maintain(f.def(), now_ms, &options).await.unwrap();
+    assert_eq!(report.compaction.files_removed, 4);
+    assert_eq!(report.compaction.files_added, 1);
+    assert_eq!(report.snapshots_expired, 4, "{report:?}");
+    assert!(report.files_purged >= 4, "{report:?}");
+
+    let after = f.table().await;
+    assert_eq!(after.metadata().snapshots().count(), 1);
+    assert_eq!(live_files(&after).await.len(), 1);
+    assert_eq!(cold_ids(&after).await, (0..40).collect::<Vec<_>>());
+    // The compaction snapshot keeps the tiered offsets: tiering resumes where it was.
+    let offsets_after = hotgate_tiering::TieredOffsets::current(after.metadata()).unwrap();
+    assert_eq!(offsets_after, offsets_before);
+    f.hot.append(&events(40..45, T0)).await.unwrap();
+    assert_eq!(f.tierer.cycle(&f.hot, T0, true).await.unwrap().records, 5);
+
+    // The old data files are gone from disk; every file left is referenced.
+    for path in &old_files {
+        let local = path.strip_prefix("file://").unwrap();
+        assert!(
+            !std::path::Path::new(local).exists(),
+            "{local} survived the purge"
+        );
+    }
+    let location = after
+        .metadata()
+        .location()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_owned();
+    let metadata_files = files_under(std::path::Path::new(&location))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .count();
+    // The current metadata, plus the one the last cycle wrote after the purge.
+    assert!(metadata_files <= 2, "{metadata_files} metadata files left");
+}
