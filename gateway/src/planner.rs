@@ -66,20 +66,15 @@ impl TierChoice {
     }
 }
 
-/// Chooses the tiers for a read of `table` in `[since, until)` of `buckets`.
+/// Chooses the tiers for `scan` of `table`: its `[since, until)` and its buckets.
 ///
 /// When every log the read can touch still holds its rows from offset 0 (nothing was
 /// purged), the hot tier alone answers exactly, and the cold tier is skipped. Otherwise
 /// the read is the union of the current cold snapshot S and the hot logs from S's
 /// offsets, so each row is read once. A table whose Iceberg table is not open cannot
 /// answer such a read: that is `Unavailable`, not a silently partial answer.
-pub fn choose_tiers(
-    tierer: &Tierer,
-    table: &HotTable,
-    since: Option<i64>,
-    until: Option<i64>,
-    buckets: Option<&[u32]>,
-) -> Result<TierChoice> {
+pub fn choose_tiers(tierer: &Tierer, table: &HotTable, scan: &Scan) -> Result<TierChoice> {
+    let (since, until, buckets) = (scan.since, scan.until, scan.buckets.as_deref());
     let def = table.def();
     if !def.tiering().enabled || table.is_primary_key() {
         return Ok(TierChoice::hot_only());

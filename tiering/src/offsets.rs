@@ -25,9 +25,14 @@ impl TieredOffsets {
         self.0.get(log).copied().unwrap_or(0)
     }
 
+    /// Keyed by log directory (`day=2026-11-30/bucket=3`), as in the summary and the
+    /// tiering status.
+    pub fn by_log_name(&self) -> BTreeMap<String, u64> {
+        self.0.iter().map(|(k, v)| (k.dir_name(), *v)).collect()
+    }
+
     pub fn to_json(&self) -> String {
-        let map: BTreeMap<String, u64> = self.0.iter().map(|(k, v)| (k.dir_name(), *v)).collect();
-        serde_json::to_string(&map).unwrap_or_default()
+        serde_json::to_string(&self.by_log_name()).unwrap_or_default()
     }
 
     pub fn parse(json: &str) -> Result<Self> {

@@ -218,7 +218,7 @@ impl Tierer {
         let due = due_logs(hot, &committed, now_micros, force);
         let mut report = CycleReport::default();
         if due.is_empty() {
-            report.offsets = offsets_json(&committed);
+            report.offsets = committed.by_log_name();
             *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = committed;
             return Ok(report);
         }
@@ -246,7 +246,7 @@ impl Tierer {
         let committed_table = commit(&self.catalog, name, &base, request).await?;
         fail::fail_point!("tier-after-commit");
         report.snapshot_id = committed_table.metadata().current_snapshot_id();
-        report.offsets = offsets_json(&next);
+        report.offsets = next.by_log_name();
         *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(committed_table);
         *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = next;
         Ok(report)
@@ -286,7 +286,7 @@ impl Tierer {
         let metadata = table.metadata();
         let target = def.tiering().target_file_size;
         let mut status = TieringStatus {
-            watermarks: offsets_json(&TieredOffsets::current(metadata)?),
+            watermarks: TieredOffsets::current(metadata)?.by_log_name(),
             snapshot_id: metadata.current_snapshot_id(),
             snapshot_timestamp_ms: metadata.current_snapshot().map(|s| s.timestamp_ms()),
             snapshots: metadata.snapshots().len(),
@@ -353,10 +353,6 @@ fn due_logs(
         }
     }
     due
-}
-
-fn offsets_json(offsets: &TieredOffsets) -> BTreeMap<String, u64> {
-    offsets.0.iter().map(|(k, v)| (k.dir_name(), *v)).collect()
 }
 
 fn micros(d: Duration) -> i64 {

@@ -124,7 +124,7 @@ pub async fn query(
     query: &AuditQuery,
 ) -> Result<AuditPage> {
     let (scan, limit) = query.scan()?;
-    let tiers = choose_tiers(tierer, &table, scan.since, scan.until, None)?;
+    let tiers = choose_tiers(tierer, &table, &scan)?;
     let mut df = plan_scan(table, view, &scan, &tiers).await?;
     if view.schema().index_of("seq").is_err() {
         return Err(GatewayError::PermissionDenied(

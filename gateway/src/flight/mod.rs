@@ -120,13 +120,7 @@ impl HotgateFlight {
         let view = self.state.governance.view(principal, &table)?;
         let opened = match command {
             Command::Scan(scan) => {
-                let tiers = choose_tiers(
-                    &self.state.tierer,
-                    &table,
-                    scan.since,
-                    scan.until,
-                    scan.buckets.as_deref(),
-                )?;
+                let tiers = choose_tiers(&self.state.tierer, &table, &scan)?;
                 audit.set_tiers(tiers.tiers);
                 let df = plan_scan(table, &view, &scan, &tiers).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
@@ -313,13 +307,7 @@ impl HotgateFlight {
         let view = self.state.governance.view(principal, &table)?;
         let (schema, tickets) = match command {
             Command::Scan(scan) => {
-                let tiers = choose_tiers(
-                    &self.state.tierer,
-                    &table,
-                    scan.since,
-                    scan.until,
-                    scan.buckets.as_deref(),
-                )?;
+                let tiers = choose_tiers(&self.state.tierer, &table, &scan)?;
                 let df = plan_scan(Arc::clone(&table), &view, &scan, &tiers).await?;
                 let schema = df.schema().as_arrow().clone();
                 let buckets: Vec<u32> = scan
