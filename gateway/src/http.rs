@@ -29,8 +29,10 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/tables", get(list_tables).post(create_table))
         .route("/v1/tables/{id}", get(get_table))
+        .route("/v1/tables/{id}/columns", post(add_columns))
         .route("/v1/tables/{id}/tier", post(tier_table))
         .route("/v1/tables/{id}/tiering", get(tiering_status))
+        .route("/v1/tables/{id}/boundary", get(tier_boundary))
         .route("/v1/tables/{id}/maintenance", post(maintain_table))
         .route("/v1/grants", get(get_grants))
         .route("/v1/grants/sync", post(sync_grants))
@@ -175,7 +177,7 @@ async fn create_table(
     // The Iceberg table first: a catalog failure leaves no hot table behind, and a retry
     // of the same definition reuses an Iceberg table created before.
     let def = hotgate_store::TableDef::new(spec.clone())?;
-    if def.tiering().enabled && matches!(def.kind(), hotgate_store::TableKind::Log) {
+    if def.tiering().enabled {
         state.tierer.ensure_table(&def).await?;
     }
     let table = state.store.create_table(spec).await?;
@@ -237,6 +239,76 @@ async fn table_call(
     Ok(state.store.table(&name)?)
 }
 
+/// The body of `POST /v1/tables/{id}/columns`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddColumnsBody {
+    columns: Vec<hotgate_store::ColumnSpec>,
+}
+
+/// `POST /v1/tables/{id}/columns`: adds nullable columns to a log table, in the hot
+/// table and its Iceberg table in one step, or in neither. Needs
+/// `TABLE_WRITE_PROPERTIES` on the table.
+///
+/// The Iceberg schema commits first and the hot definition (`table.json`) second; the
+/// hot definition is the commit point. If the second step fails, the Iceberg schema is
+/// set back; if the process dies between the two, the start-up check
+/// ([`hotgate_tiering::Tierer::ensure_table`]) sets it back.
+async fn add_columns(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: std::result::Result<Json<AddColumnsBody>, JsonRejection>,
+) -> Result<impl IntoResponse> {
+    let table = table_call(
+        &state,
+        &caller,
+        "add_columns",
+        &id,
+        Privilege::TableWriteProperties,
+    )
+    .await?;
+    let Json(body) = body.map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
+    let _one_change = state.schema_changes.lock().await;
+    let base = table.def();
+    let name = base.name();
+    let tiered = base.tiering().enabled && !table.is_primary_key();
+    let first_field_id = if tiered {
+        if !state.tierer.is_ready(name) {
+            state.tierer.ensure_table(&base).await?;
+        }
+        state.tierer.last_column_id(name).await? + 1
+    } else {
+        1
+    };
+    let next = base.with_added_columns(body.columns, first_field_id)?;
+    if tiered {
+        state.tierer.sync_schema(&next).await?;
+    }
+    let hot = add_columns_hot(&state, &base, next).await;
+    if let Err(e) = hot {
+        if tiered && let Err(undo) = state.tierer.sync_schema(&base).await {
+            tracing::error!(table = %name, error = %undo, "cannot set the Iceberg schema back; the next start will");
+        }
+        return Err(e);
+    }
+    tracing::info!(table = %name, "columns added");
+    Ok(Json(describe(&table)))
+}
+
+/// The second step of [`add_columns`]: the hot definition.
+async fn add_columns_hot(
+    state: &GatewayState,
+    base: &hotgate_store::TableDef,
+    next: hotgate_store::TableDef,
+) -> Result<()> {
+    fail::fail_point!("add-columns-before-hot", |_| Err(
+        GatewayError::Unavailable("fail point add-columns-before-hot".into())
+    ));
+    state.store.add_columns(base, next).await?;
+    Ok(())
+}
+
 /// `POST /v1/tables/{id}/tier`: one tiering cycle now, whatever the cadence. Needs
 /// `CATALOG_MANAGE_CONTENT` (or a grant implying it) on the table.
 async fn tier_table(
@@ -253,7 +325,7 @@ async fn tier_table(
     )
     .await?;
     if !state.tierer.is_ready(table.def().name()) {
-        state.tierer.ensure_table(table.def()).await?;
+        state.tierer.ensure_table(&table.def()).await?;
     }
     let now = chrono::Utc::now().timestamp_micros();
     let report = state.tierer.cycle(&table, now, true).await?;
@@ -322,7 +394,10 @@ async fn maintain_table(
         ));
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let report = state.tierer.maintain(table.def(), now_ms, &options).await?;
+    let report = state
+        .tierer
+        .maintain(&table.def(), now_ms, &options)
+        .await?;
     Ok(Json(report))
 }
 
@@ -335,10 +410,29 @@ async fn tiering_status(
 ) -> Result<impl IntoResponse> {
     let table = table_call(&state, &caller, "tiering_status", &id, Privilege::TableList).await?;
     if !state.tierer.is_ready(table.def().name()) {
-        state.tierer.ensure_table(table.def()).await?;
+        state.tierer.ensure_table(&table.def()).await?;
     }
-    let status = state.tierer.status(table.def()).await?;
+    let status = state.tierer.status(&table.def()).await?;
     Ok(Json(status))
+}
+
+/// `GET /v1/tables/{id}/boundary`: reads since start by the tiers they touched
+/// (`hot_only`, `cold_only`, `spanning`) and by requested time range, with the hot
+/// window that would have served 95% of time-bounded reads. Needs `TABLE_LIST`.
+async fn tier_boundary(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    let table = table_call(&state, &caller, "tier_boundary", &id, Privilege::TableList).await?;
+    let counts = state.boundary.counts(table.def().name());
+    let mut body = serde_json::to_value(&counts)
+        .map_err(|e| GatewayError::Internal(format!("boundary counts: {e}")))?;
+    body["suggested_hot_window"] = counts.suggested_hot_window().into();
+    body["hot_retention"] = humantime::format_duration(table.def().hot_retention())
+        .to_string()
+        .into();
+    Ok(Json(body))
 }
 
 /// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog; the call's record

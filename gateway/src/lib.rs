@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod boundary;
 pub mod config;
 pub mod error;
 pub mod flight;

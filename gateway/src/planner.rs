@@ -135,6 +135,9 @@ pub fn choose_tiers(tierer: &Tierer, table: &HotTable, scan: &Scan) -> Result<Ti
 #[derive(Debug)]
 pub struct HotTableProvider {
     table: Arc<HotTable>,
+    /// The definition when the read began: one schema for the whole plan, even if a
+    /// column is added meanwhile.
+    def: Arc<hotgate_store::TableDef>,
     since: Option<i64>,
     until: Option<i64>,
     buckets: Option<Vec<u32>>,
@@ -150,6 +153,7 @@ impl HotTableProvider {
         cold: Option<ColdSnapshot>,
     ) -> Self {
         Self {
+            def: table.def(),
             table,
             since,
             until,
@@ -159,7 +163,7 @@ impl HotTableProvider {
     }
 
     fn time_column(&self) -> Option<&str> {
-        let def = self.table.def();
+        let def = &self.def;
         def.time_index()
             .map(|i| def.stored_schema().field(i).name().as_str())
     }
@@ -198,7 +202,7 @@ impl TableProvider for HotTableProvider {
     }
 
     fn schema(&self) -> SchemaRef {
-        Arc::clone(self.table.def().stored_schema())
+        Arc::clone(self.def.stored_schema())
     }
 
     fn table_type(&self) -> TableType {
@@ -226,7 +230,8 @@ impl TableProvider for HotTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let schema = self.table.def().stored_schema();
+        let def = Arc::clone(&self.def);
+        let schema = def.stored_schema();
         let projected: SchemaRef = match projection {
             Some(p) => Arc::new(schema.project(p)?),
             None => Arc::clone(schema),
@@ -275,8 +280,9 @@ impl TableProvider for HotTableProvider {
                 },
                 schema: Arc::clone(&projected),
                 buckets: self.buckets.clone(),
-                bucket_key: self.table.def().spec().bucket_key.clone(),
-                bucket_count: self.table.def().buckets(),
+                bucket_key: def.spec().bucket_key.clone(),
+                bucket_field: Arc::new(def.stored_schema().field(def.bucket_index()).clone()),
+                bucket_count: def.buckets(),
             }));
         }
         for i in 0..parts {
@@ -326,7 +332,7 @@ impl HotTableProvider {
         let buckets: Vec<u32> = self
             .buckets
             .clone()
-            .unwrap_or_else(|| (0..self.table.def().buckets()).collect());
+            .unwrap_or_else(|| (0..self.def.buckets()).collect());
         let parts = buckets.len().clamp(1, MAX_PARTITIONS);
         let partitions: Vec<Arc<dyn PartitionStream>> = (0..parts)
             .map(|i| {
@@ -407,6 +413,8 @@ struct ColdPartition {
     /// A scan of some buckets only (a Flight endpoint) keeps the rows of those.
     buckets: Option<Vec<u32>>,
     bucket_key: String,
+    /// The bucket key's field, read for bucket filtering when not projected.
+    bucket_field: arrow_schema::FieldRef,
     bucket_count: u32,
 }
 
@@ -424,7 +432,9 @@ impl PartitionStream for ColdPartition {
         let n = self.bucket_count;
         // Bucket filtering needs the bucket key even when the caller did not ask for it.
         if buckets.is_some() && schema.index_of(&bucket_key).is_err() {
-            request.schema = None;
+            let mut fields = schema.fields().to_vec();
+            fields.push(Arc::clone(&self.bucket_field));
+            request.schema = Some(Arc::new(arrow_schema::Schema::new(fields)));
         }
         let out_schema = Arc::clone(&schema);
         let batches = futures::stream::once(async move { cold.scan(request).await })
@@ -439,13 +449,16 @@ impl PartitionStream for ColdPartition {
                     Some(b) => keep_buckets(&batch, &bucket_key, n, b)?,
                     None => batch,
                 };
+                // The cold scan already yields the hot tier's types; only the bucket
+                // key added above may need dropping.
                 let indices = out_schema
                     .fields()
                     .iter()
                     .map(|f| batch.schema().index_of(f.name()))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
-                hotgate_tiering::convert::conform(&batch.project(&indices)?, &out_schema)
-                    .map_err(|e| to_df(e.into()))
+                Ok(batch
+                    .project(&indices)?
+                    .with_schema(Arc::clone(&out_schema))?)
             });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }

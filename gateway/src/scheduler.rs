@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hotgate_store::{HotTable, TableKind};
+use hotgate_store::HotTable;
 use tokio::sync::watch;
 
 use crate::state::GatewayState;
@@ -51,7 +51,11 @@ async fn maintain_table(state: &GatewayState, hot: &Arc<HotTable>) {
         return;
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    match state.tierer.maintain(def, now_ms, &state.maintenance).await {
+    match state
+        .tierer
+        .maintain(&def, now_ms, &state.maintenance)
+        .await
+    {
         Ok(r) => tracing::info!(
             table = %def.name(),
             compacted = r.compaction.files_removed,
@@ -68,13 +72,12 @@ async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
     let def = hot.def();
     let name = def.name();
     let now = chrono::Utc::now().timestamp_micros();
-    // Primary-key tables are not tiered yet; their changelog stays hot.
-    if def.tiering().enabled && matches!(def.kind(), TableKind::Log) {
-        if !state.tierer.is_ready(name) {
-            if let Err(e) = state.tierer.ensure_table(def).await {
-                tracing::warn!(table = %name, "cannot open the Iceberg table; retrying next tick: {e}");
-                return;
-            }
+    if def.tiering().enabled {
+        if !state.tierer.is_ready(name)
+            && let Err(e) = state.tierer.ensure_table(&def).await
+        {
+            tracing::warn!(table = %name, "cannot open the Iceberg table; retrying next tick: {e}");
+            return;
         }
         match state.tierer.cycle(hot, now, false).await {
             Ok(report) if report.snapshot_id.is_some() => tracing::info!(

@@ -124,9 +124,9 @@ pub async fn run(
     let tierer = Arc::new(Tierer::new(catalog));
     for hot in store.tables() {
         let def = hot.def();
-        if def.tiering().enabled && matches!(def.kind(), hotgate_store::TableKind::Log) {
+        if def.tiering().enabled {
             // Not fatal: the scheduler retries tables whose Iceberg table is not open.
-            if let Err(e) = tierer.ensure_table(def).await {
+            if let Err(e) = tierer.ensure_table(&def).await {
                 tracing::warn!(table = %def.name(), "cannot open the Iceberg table: {e}");
             }
         }
@@ -159,6 +159,8 @@ pub async fn run(
         store: Arc::clone(&store),
         tierer: Arc::clone(&tierer),
         maintenance: config.tiering.maintenance_options(),
+        schema_changes: tokio::sync::Mutex::new(()),
+        boundary: Default::default(),
         authn: Arc::clone(&authn),
         governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),

@@ -19,6 +19,11 @@ pub struct GatewayState {
     pub tierer: Arc<Tierer>,
     /// Maintenance defaults (from `[tiering]`), for the scheduler and the HTTP route.
     pub maintenance: hotgate_tiering::MaintenanceOptions,
+    /// Held for a whole schema change, which commits to Iceberg and then to the hot
+    /// table: two changes must not interleave between the two.
+    pub schema_changes: tokio::sync::Mutex<()>,
+    /// Per table: reads by the tiers they touched and the time ranges they asked for.
+    pub boundary: crate::boundary::TierBoundary,
     pub authn: Arc<Authenticator>,
     pub governance: Arc<Governance>,
     pub metrics: Arc<GatewayMetrics>,

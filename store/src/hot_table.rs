@@ -117,7 +117,8 @@ pub struct RetentionReport {
 /// The hot tier of one table.
 #[derive(Debug)]
 pub struct HotTable {
-    def: Arc<TableDef>,
+    /// Swapped whole when columns are added; readers take the `Arc` they start with.
+    def: RwLock<Arc<TableDef>>,
     /// The RocksDB state of a primary-key table.
     pk: Option<PkState>,
     /// Per-bucket write locks of a primary-key table: reading the before images,
@@ -182,7 +183,7 @@ impl HotTable {
             }
         }
         let table = Arc::new(Self {
-            def: Arc::new(def),
+            def: RwLock::new(Arc::new(def)),
             pk,
             bucket_locks,
             dir,
@@ -198,10 +199,10 @@ impl HotTable {
 
     /// The schema of the table's log frames: the stored schema, plus `_change` for a
     /// primary-key table's changelog.
-    pub fn log_schema(&self) -> &SchemaRef {
+    pub fn log_schema(&self) -> SchemaRef {
         match &self.pk {
-            Some(pk) => pk.log_schema(),
-            None => self.def.stored_schema(),
+            Some(pk) => Arc::clone(pk.log_schema()),
+            None => Arc::clone(self.def().stored_schema()),
         }
     }
 
@@ -241,7 +242,7 @@ impl HotTable {
         }
         if replayed > 0 {
             tracing::info!(
-                table = %self.def.name(),
+                table = %self.def().name(),
                 rows = replayed,
                 seconds = started.elapsed().as_secs_f64(),
                 "primary-key state caught up with the changelog"
@@ -254,7 +255,7 @@ impl HotTable {
         self.pk.as_ref().ok_or_else(|| {
             StoreError::InvalidRequest(format!(
                 "{} is a log table; upserts, deletes and lookups need a primary-key table",
-                self.def.name()
+                self.def().name()
             ))
         })
     }
@@ -265,8 +266,8 @@ impl HotTable {
     pub async fn write_changes(&self, batch: &RecordBatch, op: ChangeOp) -> Result<ChangeResult> {
         let pk = self.pk()?;
         let input = match op {
-            ChangeOp::Upsert => normalize(&self.def, batch),
-            ChangeOp::Delete => key_columns(&self.def, batch, "delete"),
+            ChangeOp::Upsert => normalize(&self.def(), batch),
+            ChangeOp::Delete => key_columns(&self.def(), batch, "delete"),
         }
         .inspect_err(|_| self.metrics.record_rejected())?;
         let mut result = ChangeResult {
@@ -295,7 +296,7 @@ impl HotTable {
             };
             let id = LogId { day: None, bucket };
             let now = chrono::Utc::now().timestamp_micros();
-            let (min, max) = time_range(&self.def, changelog, now);
+            let (min, max) = time_range(&self.def(), changelog, now);
             let frame = EncodedFrame::encode(changelog, min, max)?;
             let log = self.log_for(id).await?;
             let range = log.enqueue(frame).await?.await.map_err(|_| {
@@ -319,9 +320,9 @@ impl HotTable {
     /// key columns by name.
     fn keys_of(&self, pk: &PkState, input: &RecordBatch) -> Result<(Vec<u32>, Vec<Vec<u8>>)> {
         let bucket_key = input
-            .column_by_name(&self.def.spec().bucket_key)
+            .column_by_name(&self.def().spec().bucket_key)
             .ok_or_else(|| StoreError::InvalidRequest("the bucket key is missing".into()))?;
-        let buckets = buckets_of(bucket_key, self.def.buckets())?;
+        let buckets = buckets_of(bucket_key, self.def().buckets())?;
         let keys = pk.encode_keys(&buckets, input)?;
         Ok((buckets, keys))
     }
@@ -330,7 +331,7 @@ impl HotTable {
     /// order, with the indices of the keys that have no row.
     pub fn lookup(&self, keys: &RecordBatch) -> Result<Lookup> {
         let pk = self.pk()?;
-        let input = key_columns(&self.def, keys, "lookup")?;
+        let input = key_columns(&self.def(), keys, "lookup")?;
         let (_, encoded) = self.keys_of(pk, &input)?;
         let values = pk.get_many(&encoded)?;
         let mut missing = Vec::new();
@@ -350,7 +351,7 @@ impl HotTable {
     /// The current rows of a primary-key table, bucket by bucket in key order.
     pub fn current_rows(&self, rows_per_batch: usize) -> Result<Vec<RecordBatch>> {
         let pk = self.pk()?;
-        let buckets: Vec<u32> = (0..self.def.buckets()).collect();
+        let buckets: Vec<u32> = (0..self.def().buckets()).collect();
         let mut out = Vec::new();
         pk.scan_snapshot(
             &buckets,
@@ -376,23 +377,48 @@ impl HotTable {
         rows_per_batch: usize,
     ) -> Result<StateStream> {
         self.pk()?;
-        check_time_bounds(&self.def, since, until)?;
+        check_time_bounds(&self.def(), since, until)?;
         Ok(self.spawn_state_reader(buckets, (since, until), rows_per_batch, None))
     }
 
     /// The snapshot-then-changelog handoff: the current rows of every bucket, and the log
-    /// offsets they reflect. Every bucket's write lock is held until the RocksDB snapshot
-    /// exists, so no change is half-applied at that point: the changelog from `offsets`
-    /// on is exactly what happened after the snapshot.
+    /// offsets they reflect. See [`HotTable::snapshot_buckets`].
     pub async fn snapshot_state(self: &Arc<Self>, rows_per_batch: usize) -> Result<StateSnapshot> {
+        self.snapshot_buckets(None, rows_per_batch).await
+    }
+
+    /// The current rows of `buckets` (all when `None`), bucket after bucket, and the log
+    /// offsets they reflect. The buckets' write locks are held until the RocksDB snapshot
+    /// exists, so no change is half-applied at that point: each bucket's changelog from
+    /// its offset on is exactly what happened after the snapshot. Tiering dumps primary-
+    /// key buckets this way.
+    pub async fn snapshot_buckets(
+        self: &Arc<Self>,
+        buckets: Option<Vec<u32>>,
+        rows_per_batch: usize,
+    ) -> Result<StateSnapshot> {
         self.pk()?;
-        let mut guards = Vec::with_capacity(self.bucket_locks.len());
-        for lock in &self.bucket_locks {
-            guards.push(lock.lock().await);
+        let mut buckets = buckets.unwrap_or_else(|| (0..self.def().buckets()).collect());
+        buckets.sort_unstable();
+        buckets.dedup();
+        if let Some(b) = buckets
+            .iter()
+            .find(|b| **b as usize >= self.bucket_locks.len())
+        {
+            return Err(StoreError::InvalidRequest(format!(
+                "bucket {b} does not exist in {}",
+                self.def().name()
+            )));
         }
-        let offsets = self.end_offsets();
+        let mut guards = Vec::with_capacity(buckets.len());
+        for b in &buckets {
+            guards.push(self.bucket_locks[*b as usize].lock().await);
+        }
+        let mut offsets = self.end_offsets();
+        offsets.retain(|id, _| buckets.contains(&id.bucket));
         let (taken_tx, taken_rx) = oneshot::channel();
-        let batches = self.spawn_state_reader(None, (None, None), rows_per_batch, Some(taken_tx));
+        let batches =
+            self.spawn_state_reader(Some(buckets), (None, None), rows_per_batch, Some(taken_tx));
         // Whether or not the reader got its snapshot (it reports failures on `batches`),
         // the locks go once it stops trying.
         let _ = taken_rx.await;
@@ -409,7 +435,7 @@ impl HotTable {
     ) -> StateStream {
         let (tx, rx) = tokio::sync::mpsc::channel(2);
         let table = Arc::clone(self);
-        let buckets = buckets.unwrap_or_else(|| (0..self.def.buckets()).collect());
+        let buckets = buckets.unwrap_or_else(|| (0..self.def().buckets()).collect());
         tokio::task::spawn_blocking(move || {
             let Some(pk) = &table.pk else { return };
             let sent = tx.clone();
@@ -422,7 +448,7 @@ impl HotTable {
                     }
                 },
                 |bucket, batch| {
-                    let batch = within_time(&table.def, batch, since, until);
+                    let batch = within_time(&table.def(), batch, since, until);
                     let failed = batch.is_err();
                     sent.blocking_send(batch.map(|b| (bucket, b))).is_ok() && !failed
                 },
@@ -434,8 +460,16 @@ impl HotTable {
         rx
     }
 
-    pub fn def(&self) -> &Arc<TableDef> {
-        &self.def
+    /// The table's current definition. Columns may be added at any time, so a caller
+    /// that needs one consistent view keeps the `Arc` it got.
+    pub fn def(&self) -> Arc<TableDef> {
+        Arc::clone(&read(&self.def))
+    }
+
+    /// Replaces the definition with `next`, which must only add nullable columns at the
+    /// end (see [`TableDef::with_added_columns`]); the caller has persisted it.
+    pub(crate) fn set_def(&self, next: TableDef) {
+        *write(&self.def) = Arc::new(next);
     }
 
     /// True for a primary-key table (current state in RocksDB, a changelog in its logs).
@@ -445,7 +479,7 @@ impl HotTable {
 
     /// A primary-key table's key columns, in key order (empty for a log table).
     pub fn key_columns(&self) -> Vec<String> {
-        match self.def.kind() {
+        match self.def().kind() {
             TableKind::PrimaryKey { columns } => columns.clone(),
             TableKind::Log => Vec::new(),
         }
@@ -470,10 +504,12 @@ impl HotTable {
         if self.pk.is_some() {
             return Err(StoreError::InvalidRequest(format!(
                 "{} is a primary-key table: write upserts and deletes, not appends",
-                self.def.name()
+                self.def().name()
             )));
         }
-        let batch = normalize(&self.def, batch).inspect_err(|_| self.metrics.record_rejected())?;
+        // One definition for the whole append, even if a column is added meanwhile.
+        let def = self.def();
+        let batch = normalize(&def, batch).inspect_err(|_| self.metrics.record_rejected())?;
         let mut pending = PendingAppend {
             rows: batch.num_rows() as u64,
             parts: Vec::new(),
@@ -481,13 +517,13 @@ impl HotTable {
         if batch.num_rows() == 0 {
             return Ok(pending);
         }
-        let times = time_values(&self.def, &batch).ok_or_else(|| {
+        let times = time_values(&def, &batch).ok_or_else(|| {
             StoreError::InvalidDefinition(format!(
                 "{}: a log table needs a time column",
-                self.def.name()
+                def.name()
             ))
         })?;
-        let buckets = buckets_of(batch.column(self.def.bucket_index()), self.def.buckets())?;
+        let buckets = buckets_of(batch.column(def.bucket_index()), def.buckets())?;
         let mut groups: BTreeMap<LogId, Vec<u32>> = BTreeMap::new();
         for (row, (ts, bucket)) in times.values().iter().zip(&buckets).enumerate() {
             let id = LogId {
@@ -503,7 +539,7 @@ impl HotTable {
             } else {
                 arrow_select::take::take_record_batch(&batch, &UInt32Array::from(rows))?
             };
-            let (min, max) = time_range(&self.def, &part, 0);
+            let (min, max) = time_range(&def, &part, 0);
             frames.push((id, EncodedFrame::encode(&part, min, max)?));
         }
         // Encoding is done before anything is queued, so a bad batch queues nothing.
@@ -513,6 +549,7 @@ impl HotTable {
         }
         Ok(pending)
     }
+
     async fn log_for(&self, id: LogId) -> Result<Arc<Log>> {
         if let Some(log) = self.log(id) {
             return Ok(log);
@@ -587,10 +624,10 @@ impl HotTable {
         now_micros: i64,
         watermarks: &HashMap<LogId, u64>,
     ) -> Result<RetentionReport> {
-        let cutoff = now_micros.saturating_sub(micros(self.def.hot_retention()));
+        let cutoff = now_micros.saturating_sub(micros(self.def().hot_retention()));
         let mut report = RetentionReport::default();
         for log in self.logs() {
-            let gate = if self.def.tiering().enabled {
+            let gate = if self.def().tiering().enabled {
                 Some(watermarks.get(&log.id()).copied().unwrap_or(0))
             } else {
                 None

@@ -133,7 +133,7 @@ impl HotScan {
                 "empty time range: since ({s}) must be before until ({u})"
             )));
         }
-        check_time_bounds(table.def(), request.since, request.until)?;
+        check_time_bounds(&table.def(), request.since, request.until)?;
         let mut frames = Vec::new();
         for log in table.logs() {
             if request
@@ -154,7 +154,7 @@ impl HotScan {
             }
         }
         Ok(Self {
-            table_schema: Arc::clone(table.log_schema()),
+            table_schema: table.log_schema(),
             schema,
             projection,
             time_index: table.def().time_index(),

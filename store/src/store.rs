@@ -122,11 +122,7 @@ impl Store {
             }
             return Err(StoreError::TableExists(def.name().to_string()));
         }
-        let dir = self
-            .root
-            .join("data")
-            .join(def.name().namespace())
-            .join(def.name().name());
+        let dir = self.table_dir(def.name());
         create_dir_durable(&dir)?;
         let json = serde_json::to_vec_pretty(def.spec())
             .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
@@ -142,6 +138,41 @@ impl Store {
         )?;
         write(&self.tables).insert(name, Arc::clone(&table));
         Ok(table)
+    }
+
+    /// Replaces the definition of a table with `next`, durably, if the table's current
+    /// definition is still `base` and `next` only adds columns to it (see
+    /// [`TableDef::with_added_columns`]). Appends in flight finish under the definition
+    /// they started with; frames written before have fewer columns and read back with
+    /// nulls for the new ones.
+    pub async fn add_columns(&self, base: &TableDef, next: TableDef) -> Result<Arc<HotTable>> {
+        let _guard = self.create.lock().await;
+        let table = self.table(next.name())?;
+        if *table.def() != *base {
+            return Err(StoreError::InvalidRequest(format!(
+                "{}: the table definition changed meanwhile; retry",
+                next.name()
+            )));
+        }
+        if !base.evolves_to(&next) {
+            return Err(StoreError::InvalidDefinition(format!(
+                "{}: a schema change may only add columns at the end",
+                next.name()
+            )));
+        }
+        let dir = self.table_dir(next.name());
+        let json = serde_json::to_vec_pretty(next.spec())
+            .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
+        write_file_durable(&dir.join(DEF_FILE), &json)?;
+        table.set_def(next);
+        Ok(table)
+    }
+
+    fn table_dir(&self, name: &TableName) -> PathBuf {
+        self.root
+            .join("data")
+            .join(name.namespace())
+            .join(name.name())
     }
 
     /// The table of that name, or `NotFound`.

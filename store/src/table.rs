@@ -544,6 +544,73 @@ impl TableDef {
         &self.name
     }
 
+    /// This definition with `columns` added at the end: the one schema change hotgate
+    /// supports. Rows written before have no value for them, so each must be nullable.
+    /// Field ids are assigned here, from `first_field_id` up (or above the highest id in
+    /// use, if that is higher): the cold tier passes its highest id ever used, so an id
+    /// is never given to two columns. Primary-key tables are refused for now: their
+    /// state rows and changelog frames end with `_change`, which a new column would
+    /// have to go before.
+    pub fn with_added_columns(
+        &self,
+        columns: Vec<ColumnSpec>,
+        first_field_id: i32,
+    ) -> Result<TableDef> {
+        let invalid = |msg: String| {
+            Err(StoreError::InvalidDefinition(format!(
+                "{}: {msg}",
+                self.name
+            )))
+        };
+        if columns.is_empty() {
+            return invalid("name at least one column to add".into());
+        }
+        if matches!(self.kind, TableKind::PrimaryKey { .. }) {
+            return invalid(
+                "adding columns to a primary-key table is not supported yet; only log tables can evolve"
+                    .into(),
+            );
+        }
+        let mut spec = self.spec.clone();
+        let first = spec
+            .columns
+            .iter()
+            .filter_map(|c| c.field_id)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1)
+            .max(first_field_id);
+        for (mut column, id) in columns.into_iter().zip(first..) {
+            if !column.nullable {
+                return invalid(format!(
+                    "added column {} must be nullable: the rows already written have no value for it",
+                    column.name
+                ));
+            }
+            if column.field_id.is_some() {
+                return invalid(format!(
+                    "column {}: hotgate assigns the field ids of added columns",
+                    column.name
+                ));
+            }
+            column.field_id = Some(id);
+            spec.columns.push(column);
+        }
+        TableDef::new(spec)
+    }
+
+    /// True when `next` is this definition with columns added at the end and nothing
+    /// else changed.
+    pub fn evolves_to(&self, next: &TableDef) -> bool {
+        let (a, b) = (&self.spec, &next.spec);
+        b.columns.len() > a.columns.len()
+            && b.columns.starts_with(&a.columns)
+            && TableSpec {
+                columns: a.columns.clone(),
+                ..b.clone()
+            } == *a
+    }
+
     /// The definition as written, with field ids filled in.
     pub fn spec(&self) -> &TableSpec {
         &self.spec

@@ -14,7 +14,7 @@ use iceberg::spec::Datum;
 use iceberg::table::Table;
 
 use crate::convert::conform;
-use crate::error::Result;
+use crate::error::{Result, TieringError};
 use crate::offsets::TieredOffsets;
 
 /// A committed snapshot of a table's cold tier and the hot offsets it covers.
@@ -42,10 +42,24 @@ impl ColdSnapshot {
         &self,
         request: ColdScanRequest,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let metadata = self.table.metadata();
+        let snapshot_schema = metadata
+            .snapshot_by_id(self.snapshot_id)
+            .ok_or_else(|| {
+                TieringError::NotFound(format!("snapshot {} is gone", self.snapshot_id))
+            })?
+            .schema(metadata)?;
         let mut builder = self.table.scan().snapshot_id(self.snapshot_id);
         let schema = request.schema.clone();
         builder = match &schema {
-            Some(s) => builder.select(s.fields().iter().map(|f| f.name().clone())),
+            // iceberg-rust scans with the snapshot's schema: columns added after the
+            // snapshot are not read but filled with nulls by `conform`.
+            Some(s) => builder.select(
+                s.fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .filter(|n| snapshot_schema.field_by_name(n).is_some()),
+            ),
             None => builder.select_all(),
         };
         if let Some(predicate) = time_predicate(&request) {
@@ -53,7 +67,7 @@ impl ColdSnapshot {
         }
         let stream = builder.build()?.to_arrow().await?;
         Ok(stream
-            .map_err(crate::error::TieringError::from)
+            .map_err(TieringError::from)
             .and_then(move |batch| {
                 let out = match &schema {
                     Some(s) => conform(&batch, s),

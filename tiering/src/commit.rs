@@ -22,7 +22,8 @@ use hotgate_store::TableName;
 use iceberg::MetadataLocation;
 use iceberg::spec::{
     DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
-    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    Schema, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -39,7 +40,14 @@ pub struct CommitRequest {
     pub remove: HashSet<String>,
     /// Extra snapshot summary properties, such as `hotgate.offsets`.
     pub properties: HashMap<String, String>,
+    /// When the base snapshot has this many manifests or more, the commit rewrites all
+    /// of them into one, so frequent small commits do not grow every later manifest
+    /// list (Iceberg's `commit.manifest.min-count-to-merge` defaults to 100 too).
+    pub merge_manifests_at: usize,
 }
+
+/// The default of [`CommitRequest::merge_manifests_at`].
+pub const MERGE_MANIFESTS_AT: usize = 100;
 
 impl CommitRequest {
     pub fn append(add: Vec<DataFile>) -> Self {
@@ -48,6 +56,7 @@ impl CommitRequest {
             add,
             remove: HashSet::new(),
             properties: HashMap::new(),
+            merge_manifests_at: MERGE_MANIFESTS_AT,
         }
     }
 
@@ -57,6 +66,7 @@ impl CommitRequest {
             add,
             remove,
             properties: HashMap::new(),
+            merge_manifests_at: MERGE_MANIFESTS_AT,
         }
     }
 
@@ -66,6 +76,12 @@ impl CommitRequest {
             operation: Operation::Replace,
             ..Self::overwrite(remove, add)
         }
+    }
+
+    /// Merges all manifests into one when there are at least `count`.
+    pub fn merge_manifests_at(mut self, count: usize) -> Self {
+        self.merge_manifests_at = count;
+        self
     }
 
     pub fn with_property(mut self, key: &str, value: String) -> Self {
@@ -113,10 +129,6 @@ async fn try_commit(
     request: &CommitRequest,
     written: &mut Written,
 ) -> Result<Table> {
-    let base_location = base
-        .metadata_location()
-        .ok_or_else(|| TieringError::Internal(format!("{name}: table has no metadata location")))?
-        .to_owned();
     let metadata = base.metadata();
     let file_io = base.file_io();
     let schema = metadata.current_schema().clone();
@@ -137,31 +149,55 @@ async fn try_commit(
     let mut summary = SnapshotSummaryCollector::default();
     let mut manifests: Vec<ManifestFile> = Vec::new();
     let mut removed: HashSet<&str> = HashSet::new();
+    // Rewritten manifests: one per touched manifest, or all live entries in one when
+    // the snapshot has `merge_manifests_at` manifests or more.
+    let mut single = None;
+    let mut merged = None;
     if let Some(parent) = parent {
         let list = base.manifest_list_reader(parent).load().await?;
+        let merge = list.entries().len() >= request.merge_manifests_at.max(2);
         for manifest in list.entries() {
-            let touched = if request.remove.is_empty() {
+            // A manifest whose entries are all deleted describes nothing live: it is
+            // dropped, as Iceberg's own commits do.
+            if manifest.added_files_count == Some(0) && manifest.existing_files_count == Some(0) {
+                continue;
+            }
+            let touched = if request.remove.is_empty() && !merge {
                 None
             } else {
                 let loaded = manifest.load_manifest(file_io).await?;
-                let hits = loaded
-                    .entries()
-                    .iter()
-                    .any(|e| e.is_alive() && request.remove.contains(e.file_path()));
+                let hits = merge
+                    || loaded
+                        .entries()
+                        .iter()
+                        .any(|e| e.is_alive() && request.remove.contains(e.file_path()));
                 hits.then_some(loaded)
             };
             let Some(loaded) = touched else {
                 manifests.push(manifest.clone());
                 continue;
             };
-            let output = file_io.new_output(next_manifest(written))?;
-            let mut writer = ManifestWriterBuilder::new(
-                output,
-                Some(snapshot_id),
-                schema.clone(),
-                (*spec).clone(),
-            )
-            .build_v2_data();
+            if !merge || merged.is_none() {
+                let output = file_io.new_output(next_manifest(written))?;
+                let w = ManifestWriterBuilder::new(
+                    output,
+                    Some(snapshot_id),
+                    schema.clone(),
+                    (*spec).clone(),
+                )
+                .build_v2_data();
+                if merge {
+                    merged = Some(w);
+                } else {
+                    single = Some(w);
+                }
+            }
+            let writer = if merge {
+                merged.as_mut()
+            } else {
+                single.as_mut()
+            }
+            .ok_or_else(|| TieringError::Internal("no manifest writer".into()))?;
             for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
                 let seq = entry.sequence_number().ok_or_else(|| {
                     TieringError::Internal(format!(
@@ -178,7 +214,12 @@ async fn try_commit(
                     writer.add_existing_file(file, added_by, seq, entry.file_sequence_number)?;
                 }
             }
-            manifests.push(writer.write_manifest_file().await?);
+            if let Some(w) = single.take() {
+                manifests.push(w.write_manifest_file().await?);
+            }
+        }
+        if let Some(w) = merged.take() {
+            manifests.push(w.write_manifest_file().await?);
         }
     }
     if let Some(missing) = request
@@ -231,7 +272,7 @@ async fn try_commit(
         .build();
     let new_metadata = metadata
         .clone()
-        .into_builder(Some(base_location.clone()))
+        .into_builder(Some(base_location(name, base)?))
         .add_snapshot(snapshot)?
         .set_ref(
             MAIN_BRANCH,
@@ -239,11 +280,24 @@ async fn try_commit(
         )?
         .build()?
         .metadata;
+    swap_in(catalog, name, base, new_metadata, written).await
+}
+
+/// Writes `new_metadata` as the next metadata file of `base` and swaps the catalog
+/// pointer to it; a lost swap is a [`TieringError::Conflict`].
+async fn swap_in(
+    catalog: &Catalog,
+    name: &TableName,
+    base: &Table,
+    new_metadata: TableMetadata,
+    written: &mut Written,
+) -> Result<Table> {
+    let base_location = base_location(name, base)?;
     let location = MetadataLocation::from_str(&base_location)?
         .with_next_version()
         .with_new_metadata(&new_metadata);
     written.paths.push(location.to_string());
-    new_metadata.write_to(file_io, &location).await?;
+    new_metadata.write_to(base.file_io(), &location).await?;
 
     written.ambiguous = true;
     let swapped = catalog
@@ -258,6 +312,46 @@ async fn try_commit(
     }
     // Reloaded rather than assembled: the catalog builds tables with its own runtime.
     catalog.load(name).await
+}
+
+fn base_location(name: &TableName, base: &Table) -> Result<String> {
+    Ok(base
+        .metadata_location()
+        .ok_or_else(|| TieringError::Internal(format!("{name}: table has no metadata location")))?
+        .to_owned())
+}
+
+/// Makes `schema` the table's current schema, with `properties` set: a metadata-only
+/// commit (no snapshot), with the same compare-and-swap as data commits. A schema equal
+/// to an earlier one reuses its id, so this also rolls a schema back.
+pub async fn commit_schema(
+    catalog: &Catalog,
+    name: &TableName,
+    base: &Table,
+    schema: Schema,
+    properties: HashMap<String, String>,
+) -> Result<Table> {
+    let new_metadata = base
+        .metadata()
+        .clone()
+        .into_builder(Some(base_location(name, base)?))
+        .add_current_schema(schema)
+        .map_err(|e| {
+            TieringError::Invalid(format!(
+                "{name}: the schema change is not valid for Iceberg: {e}"
+            ))
+        })?
+        .set_properties(properties)?
+        .build()?
+        .metadata;
+    let mut written = Written::default();
+    let result = swap_in(catalog, name, base, new_metadata, &mut written).await;
+    if result.is_err() && !written.ambiguous {
+        for path in &written.paths {
+            let _ = base.file_io().delete(path).await;
+        }
+    }
+    result
 }
 
 /// A snapshot id: any unique positive i64 (iceberg derives its own from a UUID too).

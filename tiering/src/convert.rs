@@ -29,22 +29,41 @@ use crate::error::{Result, TieringError};
 /// Batches in flight between the blocking segment reader and the Parquet writer.
 const READ_AHEAD: usize = 4;
 
-/// The same columns under `schema`: relabelled (Iceberg's Arrow schema carries field
-/// ids), and cast where the two tiers' Arrow types differ (Iceberg reads and writes
-/// `binary` as `LargeBinary`; the hot tier stores `Binary`).
+/// The batch under `schema`, matching columns by name: relabelled (Iceberg's Arrow
+/// schema carries field ids), cast where the two tiers' Arrow types differ (Iceberg
+/// reads and writes `binary` as `LargeBinary`; the hot tier stores `Binary`), and with
+/// nulls for nullable columns the batch lacks (added to the table after it was
+/// written). A batch column that `schema` lacks is an error, never silently dropped.
 pub fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
+    let input = batch.schema();
+    if let Some(extra) = input
+        .fields()
         .iter()
-        .zip(schema.fields())
-        .map(|(col, field)| {
-            if col.data_type() == field.data_type() {
-                Ok(Arc::clone(col))
-            } else {
-                arrow_cast::cast(col, field.data_type())
+        .find(|f| schema.index_of(f.name()).is_err())
+    {
+        return Err(TieringError::Invalid(format!(
+            "column {} is not in the Iceberg schema; the schemas of the tiers disagree",
+            extra.name()
+        )));
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match input.index_of(field.name()) {
+            Ok(i) if batch.column(i).data_type() == field.data_type() => {
+                Ok(Arc::clone(batch.column(i)))
             }
+            Ok(i) => Ok(arrow_cast::cast(batch.column(i), field.data_type())?),
+            Err(_) if field.is_nullable() => Ok(arrow_array::new_null_array(
+                field.data_type(),
+                batch.num_rows(),
+            )),
+            Err(_) => Err(TieringError::Invalid(format!(
+                "required column {} is missing",
+                field.name()
+            ))),
         })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     Ok(RecordBatch::try_new_with_options(
         Arc::clone(schema),
         columns,

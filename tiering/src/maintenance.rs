@@ -117,7 +117,8 @@ pub async fn compact(
     }
     report.files_removed = removed.len();
     report.files_added = added.len();
-    let mut request = CommitRequest::replace(removed, added);
+    // Compaction also folds every manifest into one.
+    let mut request = CommitRequest::replace(removed, added).merge_manifests_at(2);
     if let Some(offsets) = current_offsets(&table)? {
         request = request.with_property(OFFSETS_PROP, offsets);
     }

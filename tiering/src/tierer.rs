@@ -13,24 +13,24 @@
 //!   purged.
 //! - One cycle or maintenance job runs per table at a time (a per-table lock).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hotgate_store::{HotTable, LogId, TableDef, TableKind, TableName};
+use hotgate_store::{HotTable, LogId, TableDef, TableName};
 use iceberg::table::Table;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::catalog::Catalog;
 use crate::cold_scan::ColdSnapshot;
-use crate::commit::{CommitRequest, commit};
+use crate::commit::{CommitRequest, commit, commit_schema};
 use crate::convert::Converter;
 use crate::error::{Result, TieringError};
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::storage::ObjectStoreStorage;
-use crate::table_spec::table_creation;
+use crate::table_spec::{iceberg_schema, properties, table_creation};
 
 /// One file a cycle wrote.
 #[derive(Debug, Clone, Serialize)]
@@ -136,19 +136,54 @@ impl Tierer {
     /// watermarks. Idempotent: hotgate calls it for every table on start.
     pub async fn ensure_table(&self, def: &TableDef) -> Result<Table> {
         let name = def.name();
+        let state = self.state(name);
         let table = if self.catalog.exists(name).await? {
-            self.catalog.load(name).await?
+            let _busy = state.busy.lock().await;
+            let table = self.catalog.load(name).await?;
+            self.converge_schema(def, table).await?
         } else {
             self.catalog.create(name, table_creation(def)?).await?
         };
         let offsets = TieredOffsets::current(table.metadata())?;
-        let state = self.state(name);
         *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = offsets;
         *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
         state
             .ready
             .store(true, std::sync::atomic::Ordering::Release);
         Ok(table)
+    }
+
+    /// Makes the Iceberg schema of `def`'s table equal to the schema `def` derives, in
+    /// one metadata commit; nothing happens when they already agree. The hot table's
+    /// definition is the source of truth: schema changes commit here first and in the
+    /// hot table second, so after a crash between the two, this (run on start by
+    /// [`Tierer::ensure_table`]) rolls Iceberg back to the hot table's schema.
+    pub async fn sync_schema(&self, def: &TableDef) -> Result<()> {
+        let state = self.state(def.name());
+        let _busy = state.busy.lock().await;
+        let table = self.catalog.load(def.name()).await?;
+        let table = self.converge_schema(def, table).await?;
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        Ok(())
+    }
+
+    /// The highest field id the Iceberg table ever used: new columns get ids above it,
+    /// so an id is never reused, even after a rolled-back change.
+    pub async fn last_column_id(&self, name: &TableName) -> Result<i32> {
+        Ok(self.catalog.load(name).await?.metadata().last_column_id())
+    }
+
+    async fn converge_schema(&self, def: &TableDef, table: Table) -> Result<Table> {
+        let wanted = iceberg_schema(def)?;
+        let current = table.metadata().current_schema();
+        let same = current.as_struct() == wanted.as_struct()
+            && current.identifier_field_ids().collect::<BTreeSet<_>>()
+                == wanted.identifier_field_ids().collect::<BTreeSet<_>>();
+        if same {
+            return Ok(table);
+        }
+        tracing::info!(table = %def.name(), "committing the hot table's schema to Iceberg");
+        commit_schema(&self.catalog, def.name(), &table, wanted, properties(def)).await
     }
 
     /// The cold snapshot a union read of `name` pairs with the hot tier: the current
@@ -204,11 +239,6 @@ impl Tierer {
                 "tiering is off for table {name}"
             )));
         }
-        if matches!(def.kind(), TableKind::PrimaryKey { .. }) {
-            return Err(TieringError::Invalid(format!(
-                "{name} is a primary-key table: tiering of primary-key tables is not built yet"
-            )));
-        }
         let state = self.state(name);
         let _busy = state.busy.lock().await;
         let base = self.catalog.load(name).await?;
@@ -225,24 +255,13 @@ impl Tierer {
 
         let prefix = format!("hg-{}", uuid::Uuid::new_v4().simple());
         let converter = Converter::new(&base, def.tiering().target_file_size, prefix)?;
-        let mut next = committed.clone();
-        let mut files = Vec::new();
-        for (log, rows) in due {
-            let converted = converter.convert_log(hot, log, rows).await?;
-            for f in &converted.files {
-                report.files.push(WrittenFile {
-                    path: f.file_path().to_owned(),
-                    partition: log.dir_name(),
-                    records: f.record_count(),
-                    bytes: f.file_size_in_bytes(),
-                });
-            }
-            report.records += converted.records;
-            next.0.insert(log, converted.rows.end);
-            files.extend(converted.files);
-        }
+        let (request, next) = if hot.is_primary_key() {
+            dump_buckets(hot, &base, &converter, &committed, &due, &mut report).await?
+        } else {
+            append_logs(hot, &converter, &committed, due, &mut report).await?
+        };
         fail::fail_point!("tier-before-commit");
-        let request = CommitRequest::append(files).with_property(OFFSETS_PROP, next.to_json());
+        let request = request.with_property(OFFSETS_PROP, next.to_json());
         let committed_table = commit(&self.catalog, name, &base, request).await?;
         fail::fail_point!("tier-after-commit");
         report.snapshot_id = committed_table.metadata().current_snapshot_id();
@@ -325,6 +344,114 @@ impl Tierer {
     }
 }
 
+/// A log table's cycle: the new rows of each due log become files of its partition,
+/// appended.
+async fn append_logs(
+    hot: &Arc<HotTable>,
+    converter: &Converter,
+    committed: &TieredOffsets,
+    due: Vec<(LogId, std::ops::Range<u64>)>,
+    report: &mut CycleReport,
+) -> Result<(CommitRequest, TieredOffsets)> {
+    let mut next = committed.clone();
+    let mut files = Vec::new();
+    for (log, rows) in due {
+        let converted = converter.convert_log(hot, log, rows).await?;
+        report.add_files(&converted.files, log);
+        report.records += converted.records;
+        next.0.insert(log, converted.rows.end);
+        files.extend(converted.files);
+    }
+    Ok((CommitRequest::append(files), next))
+}
+
+/// Rows per batch of a primary-key dump.
+const DUMP_BATCH_ROWS: usize = 8192;
+
+/// A primary-key table's cycle: each due bucket's current state, read from one RocksDB
+/// snapshot, replaces that bucket's files in one overwrite commit (no delete files).
+/// The offsets recorded are those the snapshot reflects, which may be past the rows
+/// that made the bucket due.
+async fn dump_buckets(
+    hot: &Arc<HotTable>,
+    base: &Table,
+    converter: &Converter,
+    committed: &TieredOffsets,
+    due: &[(LogId, std::ops::Range<u64>)],
+    report: &mut CycleReport,
+) -> Result<(CommitRequest, TieredOffsets)> {
+    let buckets: Vec<u32> = due.iter().map(|(log, _)| log.bucket).collect();
+    let mut snapshot = hot
+        .snapshot_buckets(Some(buckets.clone()), DUMP_BATCH_ROWS)
+        .await?;
+    let mut files = Vec::new();
+    let mut done = BTreeSet::new();
+    let mut open: Option<(u32, crate::convert::PartitionSink<'_>)> = None;
+    let log_of = |bucket| LogId { day: None, bucket };
+    while let Some(item) = snapshot.batches.recv().await {
+        let (bucket, batch) = item?;
+        if open.as_ref().is_none_or(|(b, _)| *b != bucket) {
+            if let Some((b, sink)) = open.take() {
+                let (written, records) = sink.finish().await?;
+                report.add_files(&written, log_of(b));
+                report.records += records;
+                files.extend(written);
+                done.insert(b);
+            }
+            if done.contains(&bucket) {
+                return Err(TieringError::Internal(format!(
+                    "the state dump returned bucket {bucket} twice"
+                )));
+            }
+            open = Some((
+                bucket,
+                converter.sink(converter.partition_key(log_of(bucket))?),
+            ));
+        }
+        if let Some((_, sink)) = open.as_mut() {
+            sink.push(batch).await?;
+        }
+    }
+    if let Some((b, sink)) = open.take() {
+        let (written, records) = sink.finish().await?;
+        report.add_files(&written, log_of(b));
+        report.records += records;
+        files.extend(written);
+    }
+    // Every live file of a dumped bucket goes, including those of a bucket that is now
+    // empty.
+    let remove = crate::files::live_data_files(base)
+        .await?
+        .into_iter()
+        .filter(|f| {
+            f.partition().fields().last().is_some_and(|v| {
+                buckets
+                    .iter()
+                    .any(|b| *v == Some(iceberg::spec::Literal::int(*b as i32)))
+            })
+        })
+        .map(|f| f.file_path().to_owned())
+        .collect();
+    let mut next = committed.clone();
+    for (log, offset) in snapshot.offsets {
+        next.0.insert(log, offset);
+    }
+    Ok((CommitRequest::overwrite(remove, files), next))
+}
+
+impl CycleReport {
+    fn add_files(&mut self, files: &[iceberg::spec::DataFile], log: LogId) {
+        for f in files {
+            self.files.push(WrittenFile {
+                path: f.file_path().to_owned(),
+                partition: log.dir_name(),
+                records: f.record_count(),
+                bytes: f.file_size_in_bytes(),
+            });
+        }
+    }
+}
+
 /// The logs a cycle converts, with the offsets to convert.
 fn due_logs(
     hot: &HotTable,
@@ -332,7 +459,8 @@ fn due_logs(
     now_micros: i64,
     force: bool,
 ) -> Vec<(LogId, std::ops::Range<u64>)> {
-    let tiering = hot.def().tiering();
+    let def = hot.def();
+    let tiering = def.tiering();
     let freshness = micros(tiering.max_freshness);
     let mut due = Vec::new();
     for log in hot.logs() {
@@ -341,7 +469,7 @@ fn due_logs(
         if from >= end {
             continue;
         }
-        if from > committed.get(&log.id()) {
+        if from > committed.get(&log.id()) && !hot.is_primary_key() {
             tracing::warn!(log = %log.id(), from, "hot rows below this offset were purged before they were tiered");
         }
         let pending = log.pending(from);

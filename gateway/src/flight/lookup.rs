@@ -139,7 +139,8 @@ fn lookup_keys(
             )));
         }
     }
-    let stored = table.def().stored_schema();
+    let def = table.def();
+    let stored = def.stored_schema();
     let fields = key_columns
         .iter()
         .map(|k| stored.field_with_name(k).cloned())
@@ -155,7 +156,7 @@ fn lookup_keys(
         .flush()
         .map_err(|e| bad(format!("a key does not match the key column types: {e}")))?
         .unwrap_or_else(|| RecordBatch::new_empty(schema));
-    Ok(Governance::write_rules(table.def()).apply(&batch, governance.hash_key())?)
+    Ok(Governance::write_rules(&table.def()).apply(&batch, governance.hash_key())?)
 }
 
 pub(super) fn lookup_unsupported(table: &TableName) -> GatewayError {

@@ -122,6 +122,13 @@ impl HotgateFlight {
             Command::Scan(scan) => {
                 let tiers = choose_tiers(&self.state.tierer, &table, &scan)?;
                 audit.set_tiers(tiers.tiers);
+                self.state.boundary.record(
+                    table.def().name(),
+                    tiers.tiers,
+                    scan.since,
+                    scan.until,
+                    chrono::Utc::now().timestamp_micros(),
+                );
                 let df = plan_scan(table, &view, &scan, &tiers).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
@@ -458,7 +465,7 @@ impl HotgateFlight {
         input: Streaming<FlightData>,
         completion: Completion,
     ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
-        let rules = Governance::write_rules(table.def());
+        let rules = Governance::write_rules(&table.def());
         let governance = Arc::clone(&self.state.governance);
         let mut batches = put_batches(first, input);
         let (acks, responses) = PutAcks::new(&self.state, completion);
@@ -504,7 +511,7 @@ impl HotgateFlight {
         completion: Completion,
     ) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
         // Drop and hash happen here, before the batch reaches the store.
-        let rules = Governance::write_rules(table.def());
+        let rules = Governance::write_rules(&table.def());
         let governance = Arc::clone(&self.state.governance);
         let mut batches = put_batches(first, input);
         let (acks, responses) = PutAcks::new(&self.state, completion);
@@ -786,7 +793,8 @@ impl FlightService for HotgateFlight {
         let audit = self.audit(&principal, &request, "list_flights");
         let mut infos = Vec::new();
         for table in self.state.store.tables() {
-            let name = table.def().name();
+            let def = table.def();
+            let name = def.name();
             let governance = &self.state.governance;
             if governance
                 .authorize_table(&principal, Privilege::TableList, name)

@@ -63,10 +63,37 @@ impl Server {
         Self::spawn(data_dir, free_addr(), free_addr(), &[])
     }
 
+    /// [`Server::start_env`] with a configuration file.
+    pub fn start_config(
+        data_dir: &Path,
+        flight: SocketAddr,
+        http: SocketAddr,
+        env: &[(&str, &str)],
+        config: &Path,
+    ) -> Self {
+        if !data_dir.join("grants.json").exists() {
+            write_grants(data_dir, &content_grants());
+        }
+        Self::spawn_with(data_dir, flight, http, env, Some(config))
+    }
+
     fn spawn(data_dir: &Path, flight: SocketAddr, http: SocketAddr, env: &[(&str, &str)]) -> Self {
-        let child = Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(data_dir)
+        Self::spawn_with(data_dir, flight, http, env, None)
+    }
+
+    fn spawn_with(
+        data_dir: &Path,
+        flight: SocketAddr,
+        http: SocketAddr,
+        env: &[(&str, &str)],
+        config: Option<&Path>,
+    ) -> Self {
+        let mut command = Command::new(BIN);
+        command.args(["serve", "--data-dir"]).arg(data_dir);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        let child = command
             .args([
                 "--flight-addr",
                 &flight.to_string(),

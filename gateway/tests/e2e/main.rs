@@ -9,4 +9,6 @@ mod ingest;
 mod primary_key;
 mod pyarrow_client;
 mod reads;
+mod s3;
+mod schema;
 mod tiering;

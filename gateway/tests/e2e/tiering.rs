@@ -10,15 +10,15 @@ use reqwest::Method;
 use crate::harness::*;
 
 /// The events table with a hot retention short enough for a test to outlive.
-fn short_lived_events() -> serde_json::Value {
+pub(crate) fn short_lived_events() -> serde_json::Value {
     let mut t = events_table();
     t["hot_retention"] = "1s".into();
     t
 }
 
-const FAST_TICK: [(&str, &str); 1] = [("HOTGATE_TIERING_TICK", "200ms")];
+pub(crate) const FAST_TICK: [(&str, &str); 1] = [("HOTGATE_TIERING_TICK", "200ms")];
 
-async fn tier(server: &Server, token: &str) -> serde_json::Value {
+pub(crate) async fn tier(server: &Server, token: &str) -> serde_json::Value {
     let (status, body) = http_json(
         server,
         Method::POST,
@@ -45,7 +45,7 @@ async fn scan_ids(server: &Server, token: &str) -> Vec<i64> {
 
 /// Waits until the hot tier has dropped segments of the table (the scheduler's
 /// retention, gated by the tiered watermark), so reads must use the cold tier.
-async fn wait_hot_purged(server: &Server) {
+pub(crate) async fn wait_hot_purged(server: &Server) {
     let start = Instant::now();
     let hot_dir = server.data_dir.join("data/app/events");
     loop {
@@ -97,7 +97,7 @@ fn segments_purged(hot_dir: &Path) -> bool {
             .push(f.file_stem().unwrap().to_string_lossy().into_owned());
     }
     logs.values()
-        .any(|names| names.iter().all(|n| n.trim_start_matches('0') != ""))
+        .any(|names| names.iter().all(|n| !n.trim_start_matches('0').is_empty()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,6 +186,21 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
         "{audit}"
     );
 
+    // The boundary counters saw the spanning reads and the 30-minute range.
+    let (status, boundary) = http_json(
+        &server,
+        Method::GET,
+        "/v1/tables/app.events/boundary",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{boundary}");
+    assert_eq!(boundary["hot_only"], 0, "{boundary}");
+    assert_eq!(boundary["spanning"], 2, "{boundary}");
+    assert_eq!(boundary["range_length"]["<=1h"], 1, "{boundary}");
+    assert_eq!(boundary["range_length"]["unbounded"], 1, "{boundary}");
+
     // A second cycle, then maintenance on demand: compaction, expiry, purge. Reads are
     // unchanged, and the status shows the fewer files.
     tier(&server, &token).await;
@@ -228,15 +243,74 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     server.terminate();
 }
 
+/// Where a test's Iceberg table lives, to count its files there.
+pub(crate) enum Warehouse {
+    /// The table's directory in a local warehouse.
+    Local(std::path::PathBuf),
+    /// A ListObjectsV2 URL of the table's prefix in an S3 bucket (moto).
+    S3 { list_url: String },
+}
+
+impl Warehouse {
+    /// Files whose name ends with `suffix`.
+    pub(crate) async fn count(&self, suffix: &str) -> usize {
+        match self {
+            Warehouse::Local(dir) => count_files(dir, suffix),
+            Warehouse::S3 { list_url } => {
+                let body = reqwest::get(list_url).await.unwrap().text().await.unwrap();
+                assert!(
+                    !body.contains("<IsTruncated>true"),
+                    "more keys than one listing"
+                );
+                body.split("<Key>")
+                    .skip(1)
+                    .filter(|k| k.split("</Key>").next().unwrap_or("").ends_with(suffix))
+                    .count()
+            }
+        }
+    }
+}
+
+/// A data dir, with an optional configuration file (the catalog) and its warehouse.
+pub(crate) struct Deployment {
+    pub dir: tempfile::TempDir,
+    pub config: Option<std::path::PathBuf>,
+    pub warehouse: Warehouse,
+}
+
+impl Deployment {
+    /// The embedded default: SQLite catalog and warehouse in the data dir.
+    pub(crate) fn local() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::Local(dir.path().join("warehouse/app/events"));
+        Self {
+            dir,
+            config: None,
+            warehouse,
+        }
+    }
+
+    pub(crate) fn start(
+        &self,
+        flight: std::net::SocketAddr,
+        http: std::net::SocketAddr,
+        env: &[(&str, &str)],
+    ) -> Server {
+        match &self.config {
+            Some(config) => Server::start_config(self.dir.path(), flight, http, env, config),
+            None => Server::start_env(self.dir.path(), flight, http, env),
+        }
+    }
+}
+
 /// Kills the server while it sits in fail point `point` during a forced cycle, then
-/// restarts it and checks that the union read still returns every row exactly once.
-async fn killed_during_tiering(point: &str) {
-    let dir = tempfile::tempdir().unwrap();
+/// restarts it and checks that the union read still returns every row exactly once,
+/// and that the purge leaves only live data files.
+pub(crate) async fn killed_during_tiering(point: &str, deployment: &Deployment) {
     let flight = free_addr();
     let http = free_addr();
     let failpoint = format!("{point}=sleep(60000)");
-    let server = Server::start_env(
-        dir.path(),
+    let server = deployment.start(
         flight,
         http,
         &[("FAILPOINTS", failpoint.as_str()), FAST_TICK[0]],
@@ -270,7 +344,7 @@ async fn killed_during_tiering(point: &str) {
                 .await
         }
     });
-    let warehouse = dir.path().join("warehouse/app/events");
+    let warehouse = &deployment.warehouse;
     let start = Instant::now();
     let marker = if point == "tier-before-commit" {
         ".parquet"
@@ -278,7 +352,7 @@ async fn killed_during_tiering(point: &str) {
         ".metadata.json"
     };
     let wanted = if point == "tier-before-commit" { 1 } else { 2 };
-    while count_files(&warehouse, marker) < wanted {
+    while warehouse.count(marker).await < wanted {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the cycle never reached {point}"
@@ -288,7 +362,7 @@ async fn killed_during_tiering(point: &str) {
     server.kill9();
     let _ = call.await;
 
-    let server = Server::start_env(dir.path(), flight, http, &FAST_TICK);
+    let server = deployment.start(flight, http, &FAST_TICK);
     let mut client = server.client().await;
     put(
         &mut client,
@@ -306,7 +380,7 @@ async fn killed_during_tiering(point: &str) {
     );
 
     // The purge removes what the killed cycle left behind: afterwards every Parquet file
-    // on disk is a live data file.
+    // in the warehouse is a live data file.
     let (status, report) = http_json(
         &server,
         Method::POST,
@@ -325,7 +399,7 @@ async fn killed_during_tiering(point: &str) {
     )
     .await;
     assert_eq!(
-        count_files(&warehouse, ".parquet") as u64,
+        warehouse.count(".parquet").await as u64,
         status_body["files"].as_u64().unwrap(),
         "{report}"
     );
@@ -338,10 +412,10 @@ async fn killed_during_tiering(point: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_between_writing_files_and_committing_loses_and_duplicates_nothing() {
-    killed_during_tiering("tier-before-commit").await;
+    killed_during_tiering("tier-before-commit", &Deployment::local()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_right_after_the_commit_loses_and_duplicates_nothing() {
-    killed_during_tiering("tier-after-commit").await;
+    killed_during_tiering("tier-after-commit", &Deployment::local()).await;
 }

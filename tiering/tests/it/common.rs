@@ -47,7 +47,7 @@ pub async fn fixture(buckets: u32) -> Fixture {
         .await
         .unwrap();
     let tierer = Tierer::new(catalog);
-    tierer.ensure_table(hot.def()).await.unwrap();
+    tierer.ensure_table(&hot.def()).await.unwrap();
     Fixture {
         dir,
         _store: store,
@@ -57,7 +57,7 @@ pub async fn fixture(buckets: u32) -> Fixture {
 }
 
 impl Fixture {
-    pub fn def(&self) -> &TableDef {
+    pub fn def(&self) -> Arc<TableDef> {
         self.hot.def()
     }
 

@@ -5,3 +5,4 @@ mod commits;
 mod common;
 mod cycles;
 mod maintenance;
+mod primary_key;

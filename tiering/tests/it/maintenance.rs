@@ -46,7 +46,7 @@ async fn compaction_expiry_and_purge_leave_one_readable_snapshot() {
         retain_last: 1,
         purge_min_age: Duration::ZERO,
     };
-    let report = f.tierer.maintain(f.def(), now_ms, &options).await.unwrap();
+    let report = f.tierer.maintain(&f.def(), now_ms, &options).await.unwrap();
     assert_eq!(report.compaction.files_removed, 4);
     assert_eq!(report.compaction.files_added, 1);
     assert_eq!(report.snapshots_expired, 4, "{report:?}");

@@ -14,7 +14,9 @@
 //! - **Reader freshness**: append → visible in a scan, in-process, which is what a reader
 //!   sees whatever the cold tier's cadence.
 //!
-//! `HOTGATE_BENCH_DAY_SECS` shortens the simulated day (default 86400).
+//! `HOTGATE_BENCH_DAY_SECS` shortens the simulated day (default 86400) and
+//! `HOTGATE_BENCH_DAY_ROWS` sets its volume (default 4,000,000 rows, spread evenly over
+//! the ticks): a shortened day keeps the volume, so file sizes stay comparable.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -97,9 +99,13 @@ pub async fn tiering() -> BenchResult<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(86_400);
+    let day_rows: usize = std::env::var("HOTGATE_BENCH_DAY_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4_000_000);
     let mut summary = Vec::new();
     for (freshness, secs) in [("10s", 10), ("1m", 60), ("5m", 300)] {
-        summary.push(simulated_day(freshness, secs, day_secs).await?);
+        summary.push(simulated_day(freshness, secs, day_secs, day_rows).await?);
     }
     let files: Vec<u64> = summary
         .iter()
@@ -132,7 +138,7 @@ async fn conversion() -> BenchResult<()> {
     let input_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
     let catalog = Catalog::open(CatalogConfig::embedded(dir.path())).await?;
     let tierer = Tierer::new(catalog);
-    let table = tierer.ensure_table(hot.def()).await?;
+    let table = tierer.ensure_table(&hot.def()).await?;
     let log = hot.logs()[0].id();
     let end = hot.logs()[0].end_offset();
 
@@ -186,9 +192,10 @@ async fn simulated_day(
     freshness: &str,
     freshness_secs: i64,
     day_secs: i64,
+    day_rows: usize,
 ) -> BenchResult<serde_json::Value> {
     const TICK_SECS: i64 = 10;
-    const ROWS_PER_TICK: usize = 200;
+    let rows_per_tick = (day_rows / (day_secs / TICK_SECS).max(1) as usize).max(1);
     const TARGET: u64 = 1 << 20;
     const BUCKETS: u32 = 4;
     let dir = tempfile::tempdir()?;
@@ -206,7 +213,7 @@ async fn simulated_day(
         .await?;
     let catalog = Catalog::open(CatalogConfig::embedded(dir.path())).await?;
     let tierer = Tierer::new(catalog);
-    tierer.ensure_table(hot.def()).await?;
+    tierer.ensure_table(&hot.def()).await?;
     let maintenance = MaintenanceOptions {
         compact: true,
         snapshot_retention: Duration::ZERO,
@@ -220,8 +227,8 @@ async fn simulated_day(
         sim += TICK_SECS;
         let now = T0 + sim * 1_000_000;
         clock.store(now, Ordering::Relaxed);
-        hot.append(&batch(next_id, ROWS_PER_TICK, |_| now)?).await?;
-        next_id += ROWS_PER_TICK as i64;
+        hot.append(&batch(next_id, rows_per_tick, |_| now)?).await?;
+        next_id += rows_per_tick as i64;
         let report = tierer.cycle(&hot, now, false).await?;
         if report.snapshot_id.is_some() {
             commits += 1;
@@ -231,7 +238,7 @@ async fn simulated_day(
             // Snapshot timestamps are real time: expire against the real clock.
             tierer
                 .maintain(
-                    hot.def(),
+                    &hot.def(),
                     chrono::Utc::now().timestamp_millis() + 1,
                     &maintenance,
                 )
@@ -248,12 +255,12 @@ async fn simulated_day(
     }
     tierer
         .maintain(
-            hot.def(),
+            &hot.def(),
             chrono::Utc::now().timestamp_millis() + 1,
             &maintenance,
         )
         .await?;
-    let status = tierer.status(hot.def()).await?;
+    let status = tierer.status(&hot.def()).await?;
     let table = tierer.catalog().load(hot.def().name()).await?;
     let (mut big_bytes, mut all_bytes) = (0u64, 0u64);
     for f in hotgate_tiering::files::live_data_files(&table).await? {

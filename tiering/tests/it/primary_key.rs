@@ -1,0 +1,223 @@
+//! Primary-key tables: each cycle replaces the files of every changed bucket with a
+//! dump of its current state, in one overwrite commit without delete files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use futures::TryStreamExt;
+use hotgate_store::{ChangeOp, HotTable, Store, StoreOptions, TableSpec};
+use hotgate_tiering::{Catalog, CatalogConfig, TieredOffsets, Tierer};
+use iceberg::spec::Transform;
+use iceberg::table::Table;
+
+use crate::common::{T0, live_files};
+
+const BUCKETS: u32 = 4;
+
+fn accounts_spec() -> TableSpec {
+    serde_json::from_value(serde_json::json!({
+        "namespace": "app", "name": "accounts",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "owner", "type": "string"},
+            {"name": "balance", "type": "int64"}
+        ],
+        "bucket_key": "id", "buckets": BUCKETS, "primary_key": ["id"]
+    }))
+    .unwrap()
+}
+
+fn upserts(ids: &[i64], balance: impl Fn(i64) -> i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("owner", DataType::Utf8, true),
+        Field::new("balance", DataType::Int64, true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("owner-{i}")),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|i| balance(*i)),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+fn deletes(ids: &[i64]) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap()
+}
+
+fn bucket_of(id: i64) -> u32 {
+    let keys: ArrayRef = Arc::new(Int64Array::from(vec![id]));
+    hotgate_store::bucket::buckets_of(&keys, BUCKETS).unwrap()[0]
+}
+
+/// `id -> balance` of the current snapshot, read with iceberg-rust; a duplicate key
+/// fails the test.
+async fn cold_state(table: &Table) -> BTreeMap<i64, i64> {
+    let batches: Vec<RecordBatch> = table
+        .scan()
+        .select(["id", "balance"])
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut state = BTreeMap::new();
+    for b in &batches {
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        let balances = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            assert!(
+                state.insert(ids.value(i), balances.value(i)).is_none(),
+                "key {} is in the cold tier twice",
+                ids.value(i)
+            );
+        }
+    }
+    state
+}
+
+/// Live files by the bucket in their partition path.
+async fn files_by_bucket(table: &Table) -> BTreeMap<u32, BTreeSet<String>> {
+    let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for path in live_files(table).await {
+        let bucket = path
+            .split("id_bucket=")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_else(|| panic!("no bucket in {path}"));
+        out.entry(bucket).or_default().insert(path);
+    }
+    out
+}
+
+async fn setup() -> (tempfile::TempDir, Store, Arc<HotTable>, Tierer) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("hot"), StoreOptions::default()).unwrap();
+    let hot = store.create_table(accounts_spec()).await.unwrap();
+    let catalog = Catalog::open(CatalogConfig::embedded(dir.path()))
+        .await
+        .unwrap();
+    let tierer = Tierer::new(catalog);
+    tierer.ensure_table(&hot.def()).await.unwrap();
+    (dir, store, hot, tierer)
+}
+
+#[tokio::test]
+async fn each_cycle_replaces_the_changed_buckets_with_their_current_state() {
+    let (_dir, _store, hot, tierer) = setup().await;
+    let name = hot.def().name().clone();
+    let ids: Vec<i64> = (0..200).collect();
+    hot.write_changes(&upserts(&ids, |i| i * 10), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    let first = tierer.cycle(&hot, T0, true).await.unwrap();
+    assert_eq!(first.records, 200);
+    let table = tierer.catalog().load(&name).await.unwrap();
+    let mut want: BTreeMap<i64, i64> = ids.iter().map(|i| (*i, i * 10)).collect();
+    assert_eq!(cold_state(&table).await, want);
+
+    // Bucket-only spec, the key as identifier field, offsets = the changelog ends.
+    let metadata = table.metadata();
+    let transforms: Vec<_> = metadata
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .map(|f| f.transform)
+        .collect();
+    assert_eq!(transforms, [Transform::Bucket(BUCKETS)]);
+    let id_field = metadata.current_schema().field_by_name("id").unwrap().id;
+    assert_eq!(
+        metadata
+            .current_schema()
+            .identifier_field_ids()
+            .collect::<Vec<_>>(),
+        [id_field]
+    );
+    assert_eq!(
+        TieredOffsets::current(metadata).unwrap().to_map(),
+        hot.end_offsets()
+    );
+    let before = files_by_bucket(&table).await;
+    assert_eq!(before.len(), BUCKETS as usize);
+
+    // Updates and deletes in one bucket only: that bucket's files are replaced, the
+    // others stay as they were, and no delete file is written.
+    let target = bucket_of(0);
+    let in_target: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|i| bucket_of(*i) == target)
+        .collect();
+    let (updated, deleted) = in_target.split_at(in_target.len() / 2);
+    hot.write_changes(&upserts(updated, |i| -i), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    hot.write_changes(&deletes(deleted), ChangeOp::Delete)
+        .await
+        .unwrap();
+    let second = tierer.cycle(&hot, T0, true).await.unwrap();
+    assert_eq!(second.records, updated.len() as u64);
+    let table = tierer.catalog().load(&name).await.unwrap();
+    for i in updated {
+        want.insert(*i, -i);
+    }
+    for i in deleted {
+        want.remove(i);
+    }
+    assert_eq!(cold_state(&table).await, want);
+    let after = files_by_bucket(&table).await;
+    for b in 0..BUCKETS {
+        if b == target {
+            assert!(
+                after[&b].is_disjoint(&before[&b]),
+                "bucket {b} was not rewritten"
+            );
+        } else {
+            assert_eq!(after[&b], before[&b], "bucket {b} changed");
+        }
+    }
+    let summary = &table
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(summary["total-delete-files"], "0");
+    assert_eq!(summary["total-records"], want.len().to_string());
+    assert_eq!(
+        TieredOffsets::current(table.metadata()).unwrap().to_map(),
+        hot.end_offsets()
+    );
+
+    // A bucket whose keys are all deleted loses its files.
+    hot.write_changes(&deletes(updated), ChangeOp::Delete)
+        .await
+        .unwrap();
+    tierer.cycle(&hot, T0, true).await.unwrap();
+    let table = tierer.catalog().load(&name).await.unwrap();
+    assert!(!files_by_bucket(&table).await.contains_key(&target));
+    for i in updated {
+        want.remove(i);
+    }
+    assert_eq!(cold_state(&table).await, want);
+
+    // Nothing changed: nothing is committed.
+    let idle = tierer.cycle(&hot, T0, true).await.unwrap();
+    assert_eq!(idle.snapshot_id, None);
+}
