@@ -23,7 +23,7 @@ use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, LogId, ScanRequest};
-use hotgate_tiering::{ColdScanRequest, ColdSnapshot, Tierer};
+use hotgate_tiering::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue, Tierer};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{GatewayError, Result};
@@ -213,12 +213,17 @@ impl TableProvider for HotTableProvider {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        // Time bounds prune frames in the store; DataFusion still applies every filter.
+        // Time bounds prune frames in the store, and simple comparisons prune cold files
+        // and row groups; DataFusion still applies every filter.
         Ok(filters
             .iter()
-            .map(|f| match self.time_bound(f) {
-                Some(_) => TableProviderFilterPushDown::Inexact,
-                None => TableProviderFilterPushDown::Unsupported,
+            .map(|f| {
+                if self.time_bound(f).is_some() || (self.cold.is_some() && cold_filter(f).is_some())
+                {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
             })
             .collect())
     }
@@ -277,6 +282,7 @@ impl TableProvider for HotTableProvider {
                     time_column: self.time_column().map(str::to_owned),
                     since,
                     until,
+                    filters: filters.iter().filter_map(cold_filter).collect(),
                 },
                 schema: Arc::clone(&projected),
                 buckets: self.buckets.clone(),
@@ -462,6 +468,45 @@ impl PartitionStream for ColdPartition {
             });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
+}
+
+/// `column <op> literal` (either way round) as a filter the cold scan can prune with.
+/// Anything else, including comparisons with computed expressions (such as a masked
+/// column above the secure view), is not pushed.
+fn cold_filter(expr: &Expr) -> Option<ColdFilter> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+        return None;
+    };
+    let (column, op, literal) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) => (c, *op, v),
+        (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
+        _ => return None,
+    };
+    let op = match op {
+        Operator::Eq => CmpOp::Eq,
+        Operator::NotEq => CmpOp::NotEq,
+        Operator::Lt => CmpOp::Lt,
+        Operator::LtEq => CmpOp::LtEq,
+        Operator::Gt => CmpOp::Gt,
+        Operator::GtEq => CmpOp::GtEq,
+        _ => return None,
+    };
+    let value = match literal {
+        ScalarValue::Boolean(Some(v)) => ColdValue::Bool(*v),
+        ScalarValue::Int32(Some(v)) => ColdValue::Int(*v),
+        ScalarValue::Int64(Some(v)) => ColdValue::Long(*v),
+        ScalarValue::Utf8(Some(v))
+        | ScalarValue::LargeUtf8(Some(v))
+        | ScalarValue::Utf8View(Some(v)) => ColdValue::String(v.clone()),
+        ScalarValue::Date32(Some(v)) => ColdValue::Date(*v),
+        ScalarValue::TimestampMicrosecond(Some(v), _) => ColdValue::TimestampMicros(*v),
+        _ => return None,
+    };
+    Some(ColdFilter {
+        column: column.name.clone(),
+        op,
+        value,
+    })
 }
 
 /// The rows of `batch` whose bucket key falls in `buckets` (Iceberg's `bucket[n]`).

@@ -9,7 +9,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use iceberg::expr::{Predicate, Reference};
+use iceberg::expr::{Bind, Predicate, Reference};
 use iceberg::spec::Datum;
 use iceberg::table::Table;
 
@@ -34,6 +34,64 @@ pub struct ColdScanRequest {
     pub time_column: Option<String>,
     pub since: Option<i64>,
     pub until: Option<i64>,
+    /// Comparisons to prune with, ANDed. Pruning only: the caller still applies its
+    /// filters to what comes back, so a filter that cannot be pushed is dropped.
+    pub filters: Vec<ColdFilter>,
+}
+
+/// `column <op> value`: a comparison a cold scan can push down to Iceberg's manifest,
+/// row-group and row pruning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColdFilter {
+    pub column: String,
+    pub op: CmpOp,
+    pub value: ColdValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+}
+
+/// A literal of a pushable comparison. Floating point is absent on purpose: NaN orders
+/// differently in SQL engines and in Iceberg's metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColdValue {
+    Bool(bool),
+    Int(i32),
+    Long(i64),
+    String(String),
+    /// Days since the epoch.
+    Date(i32),
+    /// µs since the epoch, UTC.
+    TimestampMicros(i64),
+}
+
+impl ColdFilter {
+    fn predicate(&self) -> Predicate {
+        let datum = match &self.value {
+            ColdValue::Bool(v) => Datum::bool(*v),
+            ColdValue::Int(v) => Datum::int(*v),
+            ColdValue::Long(v) => Datum::long(*v),
+            ColdValue::String(v) => Datum::string(v),
+            ColdValue::Date(v) => Datum::date(*v),
+            ColdValue::TimestampMicros(v) => Datum::timestamptz_micros(*v),
+        };
+        let r = Reference::new(&self.column);
+        match self.op {
+            CmpOp::Eq => r.equal_to(datum),
+            CmpOp::NotEq => r.not_equal_to(datum),
+            CmpOp::Lt => r.less_than(datum),
+            CmpOp::LtEq => r.less_than_or_equal_to(datum),
+            CmpOp::Gt => r.greater_than(datum),
+            CmpOp::GtEq => r.greater_than_or_equal_to(datum),
+        }
+    }
 }
 
 impl ColdSnapshot {
@@ -62,7 +120,14 @@ impl ColdSnapshot {
             ),
             None => builder.select_all(),
         };
-        if let Some(predicate) = time_predicate(&request) {
+        // Each filter must bind to the snapshot's schema (a column added later, or a
+        // literal of another type, does not): those that do not are left out.
+        let predicate = time_predicate(&request)
+            .into_iter()
+            .chain(request.filters.iter().map(ColdFilter::predicate))
+            .filter(|p| p.bind(snapshot_schema.clone(), true).is_ok())
+            .reduce(Predicate::and);
+        if let Some(predicate) = predicate {
             builder = builder.with_filter(predicate);
         }
         let stream = builder.build()?.to_arrow().await?;

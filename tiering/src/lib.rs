@@ -26,7 +26,7 @@ pub mod table_spec;
 pub mod tierer;
 
 pub use catalog::{Catalog, CatalogConfig};
-pub use cold_scan::{ColdScanRequest, ColdSnapshot};
+pub use cold_scan::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue};
 pub use error::{ErrorKind, Result, TieringError};
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;
