@@ -303,6 +303,9 @@ impl Config {
                         .map_err(|_| ConfigError(format!("{key}={value:?}: use true or false")))?
                 }
                 "TIERING_TICK" => self.tiering.tick = duration(&value)?,
+                "TIERING_MAINTENANCE_INTERVAL" => {
+                    self.tiering.maintenance_interval = duration(&value)?
+                }
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
@@ -313,7 +316,7 @@ impl Config {
                          HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_AUDIT_ENABLED, \
                          HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
                          HOTGATE_AUDIT_KEY_FILE, HOTGATE_TIERING_SCHEDULER, HOTGATE_TIERING_TICK, \
-                         HOTGATE_LOG, HOTGATE_TOKEN"
+                         HOTGATE_TIERING_MAINTENANCE_INTERVAL, HOTGATE_LOG, HOTGATE_TOKEN"
                     )));
                 }
             }

@@ -1,5 +1,7 @@
 //! The background work of the cold tier: tiering cycles on their cadence, hot retention
-//! gated by the tiered watermarks, and table maintenance every `maintenance_interval`.
+//! gated by the tiered watermarks, and table maintenance (with cold retention) every
+//! `maintenance_interval`. Retention runs that remove data are audited as
+//! `hotgate:system` actions.
 //!
 //! Each tick visits every table: its Iceberg table is created if it is still missing
 //! (a catalog that was down at start is retried here), due logs are tiered, and hot
@@ -12,6 +14,8 @@ use std::time::Duration;
 use hotgate_store::HotTable;
 use tokio::sync::watch;
 
+use crate::audit::CallAudit;
+use crate::planner::Tiers;
 use crate::state::GatewayState;
 
 pub fn spawn_tiering(
@@ -56,15 +60,58 @@ async fn maintain_table(state: &GatewayState, hot: &Arc<HotTable>) {
         .maintain(&def, now_ms, &state.maintenance)
         .await
     {
-        Ok(r) => tracing::info!(
-            table = %def.name(),
-            compacted = r.compaction.files_removed,
-            written = r.compaction.files_added,
-            expired = r.snapshots_expired,
-            purged = r.files_purged,
-            "maintenance"
-        ),
+        Ok(r) => {
+            if let Some(retention) = r.cold_retention.as_ref().filter(|r| r.files_removed > 0) {
+                audit_retention(
+                    state,
+                    def.name(),
+                    "cold_retention",
+                    Tiers::Cold,
+                    Some(retention.records_removed),
+                    format!(
+                        "dropped day partitions {} (before {}): {} files, {} bytes; {} \
+                         snapshots expired, {} files deleted",
+                        retention.days_removed.join(", "),
+                        retention.cutoff_day,
+                        retention.files_removed,
+                        retention.bytes_removed,
+                        retention.snapshots_expired,
+                        retention.files_deleted,
+                    ),
+                )
+                .await;
+            }
+            tracing::info!(
+                table = %def.name(),
+                compacted = r.compaction.files_removed,
+                written = r.compaction.files_added,
+                expired = r.snapshots_expired,
+                purged = r.files_purged,
+                "maintenance"
+            )
+        }
         Err(e) => tracing::warn!(table = %def.name(), "maintenance failed: {e}"),
+    }
+}
+
+/// Records a retention run in the audit log as hotgate's own action.
+async fn audit_retention(
+    state: &GatewayState,
+    table: &hotgate_store::TableName,
+    action: &str,
+    tiers: Tiers,
+    rows: Option<u64>,
+    reason: String,
+) {
+    let mut audit = CallAudit::system(&state.audit, action);
+    audit.set_table(table);
+    audit.set_tiers(tiers);
+    if let Some(rows) = rows {
+        audit.set_rows(rows);
+    }
+    audit.set_reason(reason);
+    if let Err(e) = audit.allow_once().await {
+        tracing::error!(%table, "{action} ran but could not be audited: {e}");
     }
 }
 
@@ -95,12 +142,31 @@ async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
     }
     let watermarks = state.tierer.watermarks(name);
     match hot.apply_retention(now, &watermarks).await {
-        Ok(r) if r.segments_deleted > 0 => tracing::info!(
-            table = %name,
-            segments = r.segments_deleted,
-            bytes = r.bytes_freed,
-            "hot retention"
-        ),
+        Ok(r) if r.segments_deleted > 0 => {
+            // The audit table's own retention is not audited: each record of it would
+            // be a new row of the table it trims.
+            if !name.is_system() {
+                audit_retention(
+                    state,
+                    name,
+                    "hot_retention",
+                    Tiers::Hot,
+                    None,
+                    format!(
+                        "deleted {} segments ({} bytes) past hot_retention and below the \
+                         tiered watermark",
+                        r.segments_deleted, r.bytes_freed
+                    ),
+                )
+                .await;
+            }
+            tracing::info!(
+                table = %name,
+                segments = r.segments_deleted,
+                bytes = r.bytes_freed,
+                "hot retention"
+            )
+        }
         Ok(_) => {}
         Err(e) => tracing::warn!(table = %name, "hot retention failed: {e}"),
     }

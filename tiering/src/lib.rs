@@ -3,8 +3,8 @@
 //! Owns: the catalog ([`catalog`]), object storage ([`storage`]), the Iceberg table that
 //! mirrors a `TableDef` ([`table_spec`]), conversion of hot logs into Parquet files
 //! ([`convert`]), hotgate-built snapshot commits ([`commit`]), the tiering loop and its
-//! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]) and cold
-//! reads ([`cold_scan`]).
+//! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]), cold
+//! retention ([`retention`]) and cold reads ([`cold_scan`]).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
 //! tier only through `hotgate-store`'s public API.
 //!
@@ -21,6 +21,7 @@ mod error;
 pub mod files;
 pub mod maintenance;
 pub mod offsets;
+pub mod retention;
 pub mod storage;
 pub mod table_spec;
 pub mod tierer;
@@ -30,4 +31,5 @@ pub use cold_scan::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue}
 pub use error::{ErrorKind, Result, TieringError};
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;
+pub use retention::ColdRetentionReport;
 pub use tierer::{CycleReport, Tierer, TieringStatus, WrittenFile};

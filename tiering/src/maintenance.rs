@@ -65,6 +65,8 @@ pub struct CompactionReport {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MaintenanceReport {
+    /// Present when the table has a `cold_retention`.
+    pub cold_retention: Option<crate::retention::ColdRetentionReport>,
     pub compaction: CompactionReport,
     pub snapshots_expired: usize,
     pub files_purged: usize,
@@ -176,7 +178,7 @@ pub async fn expire(
 }
 
 /// Every file a live snapshot or the current metadata references.
-async fn referenced_files(table: &Table) -> Result<HashSet<String>> {
+pub(crate) async fn referenced_files(table: &Table) -> Result<HashSet<String>> {
     let mut keep = HashSet::new();
     if let Some(location) = table.metadata_location() {
         keep.insert(location.to_owned());

@@ -29,6 +29,7 @@ use crate::convert::Converter;
 use crate::error::{Result, TieringError};
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
+use crate::retention::{ColdRetentionReport, drop_old_days};
 use crate::storage::ObjectStoreStorage;
 use crate::table_spec::{iceberg_schema, properties, table_creation};
 
@@ -67,6 +68,13 @@ pub struct TieringStatus {
     pub target_file_size: u64,
     /// Live data files by size relative to the target: `<1/8`, `1/8-1/2`, `1/2-1`, `>=1`.
     pub size_histogram: BTreeMap<String, u64>,
+    /// The table's `cold_retention`, if any (`30days`).
+    pub cold_retention: Option<String>,
+    /// The oldest day partition with live files (`YYYY-MM-DD`).
+    pub oldest_day: Option<String>,
+    /// The last cold retention run that dropped days since start, and when (ms).
+    pub last_cold_retention: Option<ColdRetentionReport>,
+    pub last_cold_retention_ms: Option<i64>,
 }
 
 /// The histogram bucket of a file of `bytes` against `target`.
@@ -95,6 +103,8 @@ struct TableState {
     /// The table as last loaded or committed: what union reads scan. Tiering is the
     /// table's only writer, so this is its current state.
     current: RwLock<Option<Table>>,
+    /// The last cold retention run that dropped something, with its time (ms).
+    last_retention: RwLock<Option<(i64, ColdRetentionReport)>>,
 }
 
 /// Tiers hot tables into their Iceberg tables.
@@ -284,6 +294,22 @@ impl Tierer {
         let _busy = state.busy.lock().await;
         let mut table = self.catalog.load(name).await?;
         let mut report = MaintenanceReport::default();
+        if let Some(limit) = def.spec().cold_retention
+            && def.time_index().is_some()
+            && !matches!(def.kind(), hotgate_store::TableKind::PrimaryKey { .. })
+        {
+            let cutoff = now_ms.saturating_mul(1000).saturating_sub(micros(limit));
+            let (after, retention) =
+                drop_old_days(&self.catalog, &self.listing, name, table, cutoff).await?;
+            table = after;
+            if retention.files_removed > 0 {
+                *state
+                    .last_retention
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner()) = Some((now_ms, retention.clone()));
+            }
+            report.cold_retention = Some(retention);
+        }
         if options.compact {
             let (after, compaction) =
                 compact(&self.catalog, name, table, def.tiering().target_file_size).await?;
@@ -315,7 +341,30 @@ impl Tierer {
         for class in ["<1/8", "1/8-1/2", "1/2-1", ">=1"] {
             status.size_histogram.insert(class.to_owned(), 0);
         }
+        status.cold_retention = def
+            .spec()
+            .cold_retention
+            .map(|d| humantime::format_duration(d).to_string());
+        if let Some((at, last)) = self
+            .state(def.name())
+            .last_retention
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            status.last_cold_retention_ms = Some(at);
+            status.last_cold_retention = Some(last);
+        }
+        let mut oldest: Option<i32> = None;
         for file in crate::files::live_data_files(&table).await? {
+            if def.time_index().is_some()
+                && let Some(Some(iceberg::spec::Literal::Primitive(
+                    iceberg::spec::PrimitiveLiteral::Int(day),
+                ))) = file.partition().fields().first()
+                && matches!(def.kind(), hotgate_store::TableKind::Log)
+            {
+                oldest = Some(oldest.map_or(*day, |o| o.min(*day)));
+            }
             status.files += 1;
             status.bytes += file.file_size_in_bytes();
             status.records += file.record_count();
@@ -324,6 +373,7 @@ impl Tierer {
                 .entry(size_class(file.file_size_in_bytes(), target).to_owned())
                 .or_default() += 1;
         }
+        status.oldest_day = oldest.map(crate::retention::day_name);
         Ok(status)
     }
 

@@ -19,6 +19,8 @@ use crate::governance::Governance;
 
 /// The action of a completion record.
 pub const END: &str = "end";
+/// The principal of records of hotgate's own scheduled actions.
+pub const SYSTEM_PRINCIPAL: &str = "hotgate:system";
 
 /// A call being audited.
 #[derive(Debug)]
@@ -67,6 +69,31 @@ impl CallAudit {
             },
             started: Instant::now(),
         }
+    }
+
+    /// The audit of something hotgate does on its own schedule (retention), recorded
+    /// with the principal [`SYSTEM_PRINCIPAL`].
+    pub fn system(log: &Arc<AuditLog>, action: &str) -> Self {
+        Self {
+            log: Arc::clone(log),
+            record: AuditRecord {
+                query_id: new_query_id(),
+                principal: SYSTEM_PRINCIPAL.to_owned(),
+                action: action.to_owned(),
+                ..Default::default()
+            },
+            started: Instant::now(),
+        }
+    }
+
+    /// What a system action did, in words (no data values).
+    pub fn set_reason(&mut self, reason: String) {
+        self.record.reason = Some(reason);
+    }
+
+    /// Rows the action affected.
+    pub fn set_rows(&mut self, rows: u64) {
+        self.record.rows = Some(rows);
     }
 
     pub fn set_action(&mut self, action: &str) {

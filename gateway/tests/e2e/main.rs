@@ -9,6 +9,7 @@ mod ingest;
 mod primary_key;
 mod pyarrow_client;
 mod reads;
+mod retention;
 mod s3;
 mod schema;
 mod tiering;

@@ -40,9 +40,13 @@ pub fn events_spec(buckets: u32) -> TableSpec {
 }
 
 pub async fn fixture(buckets: u32) -> Fixture {
+    fixture_with(events_spec(buckets)).await
+}
+
+pub async fn fixture_with(spec: TableSpec) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hot"), StoreOptions::default()).unwrap();
-    let hot = store.create_table(events_spec(buckets)).await.unwrap();
+    let hot = store.create_table(spec).await.unwrap();
     let catalog = Catalog::open(CatalogConfig::embedded(dir.path()))
         .await
         .unwrap();

@@ -83,3 +83,82 @@ async fn compaction_expiry_and_purge_leave_one_readable_snapshot() {
     // The current metadata, plus the one the last cycle wrote after the purge.
     assert!(metadata_files <= 2, "{metadata_files} metadata files left");
 }
+
+#[tokio::test]
+async fn cold_retention_drops_whole_old_days_with_their_files() {
+    const DAY_US: i64 = crate::common::DAY_US;
+    let mut spec = crate::common::events_spec(2);
+    spec.cold_retention = Some(Duration::from_secs(30 * 86_400));
+    let f = crate::common::fixture_with(spec).await;
+    // Days relative to the real clock: maintenance compares with it.
+    let now_us = chrono::Utc::now().timestamp_micros();
+    let today = now_us - now_us.rem_euclid(DAY_US);
+    for (ids, day) in [(0..50, today - 40 * DAY_US), (50..100, today - 35 * DAY_US)] {
+        f.hot.append(&events(ids, day)).await.unwrap();
+    }
+    f.tierer.cycle(&f.hot, now_us, true).await.unwrap();
+    f.hot
+        .append(&events(100..150, today - DAY_US))
+        .await
+        .unwrap();
+    f.tierer.cycle(&f.hot, now_us, true).await.unwrap();
+    let before = f.table().await;
+    let offsets_before = hotgate_tiering::TieredOffsets::current(before.metadata()).unwrap();
+    let old_files: Vec<String> = live_files(&before)
+        .await
+        .into_iter()
+        .filter(|p| !p.contains(&day_of(today - DAY_US)))
+        .collect();
+    assert!(!old_files.is_empty());
+
+    // No compaction and the default (long) snapshot retention and purge age: retention
+    // expires and deletes what it dropped regardless.
+    let options = MaintenanceOptions {
+        compact: false,
+        ..MaintenanceOptions::default()
+    };
+    let now_ms = now_us / 1000;
+    let report = f.tierer.maintain(&f.def(), now_ms, &options).await.unwrap();
+    let retention = report
+        .cold_retention
+        .expect("the table has a cold retention");
+    assert_eq!(
+        retention.days_removed,
+        [day_of(today - 40 * DAY_US), day_of(today - 35 * DAY_US)]
+    );
+    assert_eq!(retention.files_removed, old_files.len());
+    assert_eq!(retention.records_removed, 100);
+    assert!(retention.snapshots_expired >= 2, "{retention:?}");
+
+    // The rows of recent days are intact, the old ones gone from every snapshot left,
+    // and their files gone from disk.
+    let after = f.table().await;
+    assert_eq!(cold_ids(&after).await, (100..150).collect::<Vec<_>>());
+    assert_eq!(after.metadata().snapshots().count(), 1);
+    for path in &old_files {
+        let local = path.strip_prefix("file://").unwrap();
+        assert!(
+            !std::path::Path::new(local).exists(),
+            "{path} is still on disk"
+        );
+    }
+    assert_eq!(
+        hotgate_tiering::TieredOffsets::current(after.metadata()).unwrap(),
+        offsets_before
+    );
+    let status = f.tierer.status(&f.def()).await.unwrap();
+    assert_eq!(status.oldest_day, Some(day_of(today - DAY_US)));
+    assert_eq!(status.cold_retention.as_deref(), Some("30days"));
+    assert_eq!(status.last_cold_retention, Some(retention));
+
+    // Nothing more is old enough: a second run drops nothing.
+    let again = f.tierer.maintain(&f.def(), now_ms, &options).await.unwrap();
+    assert_eq!(again.cold_retention.unwrap().files_removed, 0);
+}
+
+fn day_of(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .unwrap()
+        .format("%Y-%m-%d")
+        .to_string()
+}
