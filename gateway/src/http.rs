@@ -34,6 +34,8 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/v1/tables/{id}/tiering", get(tiering_status))
         .route("/v1/tables/{id}/boundary", get(tier_boundary))
         .route("/v1/tables/{id}/maintenance", post(maintain_table))
+        .route("/v1/deletions", post(create_deletion))
+        .route("/v1/deletions/{id}", get(get_deletion))
         .route("/v1/grants", get(get_grants))
         .route("/v1/grants/sync", post(sync_grants))
         .route("/v1/grants/drift", get(grants_drift))
@@ -433,6 +435,88 @@ async fn tier_boundary(
         .to_string()
         .into();
     Ok(Json(body))
+}
+
+/// `POST /v1/deletions`: files a compliance deletion request. Needs
+/// `CATALOG_MANAGE_CONTENT` on every table it targets. A bad request is a 400 that
+/// deletes nothing; an accepted one is durable and suppressing before the 202.
+async fn create_deletion(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    body: std::result::Result<Json<crate::deletion::DeletionBody>, JsonRejection>,
+) -> Result<impl IntoResponse> {
+    let defs: Vec<_> = state.store.tables().iter().map(|t| t.def()).collect();
+    let mut targets = Vec::new();
+    let (principal, mut audit) = audited(&state, &caller, "create_deletion", |principal| {
+        let Json(body) = body
+            .as_ref()
+            .map_err(|e| GatewayError::InvalidArgument(e.body_text()))?;
+        targets = crate::deletion::plan_targets(body, &defs)?;
+        for target in &targets {
+            state.governance.authorize_table(
+                principal,
+                Privilege::CatalogManageContent,
+                &TableName::parse(&target.table)?,
+            )?;
+        }
+        Ok(())
+    })
+    .await?;
+    let Ok(Json(body)) = body else {
+        return Err(GatewayError::Internal("the checked body is gone".into()));
+    };
+    // The audit keeps a digest of the body only: it holds the subject's values.
+    audit.set_request(&serde_json::to_vec(&serde_json::json!({
+        "predicate": body.predicate, "subject_value": body.subject_value, "subject": body.subject
+    })).unwrap_or_default());
+    audit.allow_once().await?;
+    let subject_hmac = state
+        .governance
+        .hash_key()
+        .hmac_hex(body.subject.as_bytes());
+    let record = state.deletions.accept(
+        targets,
+        subject_hmac,
+        body.reason.clone(),
+        principal.name.clone(),
+        &defs,
+    )?;
+    for target in &record.targets {
+        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_accepted");
+        if let Ok(name) = TableName::parse(&target.table) {
+            step.set_table(&name);
+        }
+        step.set_reason(format!(
+            "deletion request {} accepted; its rows are suppressed",
+            record.id
+        ));
+        step.allow_once().await?;
+    }
+    tracing::info!(id = %record.id, principal = %principal.name, "deletion request accepted");
+    Ok((StatusCode::ACCEPTED, Json(record)))
+}
+
+/// `GET /v1/deletions/{id}`: a request's state, history and targets. Needs
+/// `CATALOG_MANAGE_CONTENT` on the catalog.
+async fn get_deletion(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse> {
+    let (_, audit) = audited(&state, &caller, "get_deletion", |principal| {
+        state.governance.authorize(
+            principal,
+            Privilege::CatalogManageContent,
+            &Resource::Catalog,
+        )
+    })
+    .await?;
+    audit.allow_once().await?;
+    state
+        .deletions
+        .get(&id)
+        .map(Json)
+        .ok_or_else(|| GatewayError::NotFound(format!("deletion request {id} does not exist")))
 }
 
 /// Authenticates and checks `CATALOG_MANAGE_ACCESS` on the catalog; the call's record

@@ -14,6 +14,7 @@ pub mod audit;
 pub mod auth;
 pub mod boundary;
 pub mod config;
+pub mod deletion;
 pub mod error;
 pub mod flight;
 pub mod governance;

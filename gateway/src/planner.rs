@@ -26,6 +26,7 @@ use hotgate_store::{HotTable, LogId, ScanRequest};
 use hotgate_tiering::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue, Tierer};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::ticket::Scan;
 
@@ -576,6 +577,7 @@ pub async fn plan_scan(
     view: &SecureView,
     scan: &Scan,
     tiers: &TierChoice,
+    suppression: Option<&Suppression>,
 ) -> Result<DataFrame> {
     if let Some(cols) = &scan.columns {
         check_columns(view, cols)?;
@@ -598,6 +600,11 @@ pub async fn plan_scan(
         tiers.cold.clone(),
     );
     let mut df = ctx.read_table(Arc::new(provider))?;
+    // Rows of pending deletion requests are gone for every reader, whatever the view:
+    // the filter sits on the raw rows, below masks and policies.
+    if let Some(suppression) = suppression {
+        df = df.filter(suppression.keep_expr())?;
+    }
     if !view.is_unrestricted() {
         if let Some(row_filter) = view.row_filter() {
             df = df.filter(row_filter.clone())?;

@@ -142,6 +142,11 @@ pub async fn run(
         policies = governance.policies().policies.len(),
         "grant mirror loaded"
     );
+    // Before anything reads or tiers: pending deletion requests hide their rows from
+    // the first read on.
+    let defs: Vec<_> = store.tables().iter().map(|t| t.def()).collect();
+    let deletions = Arc::new(crate::deletion::Deletions::open(&config.data_dir, &defs)?);
+    tierer.set_suppression(Arc::clone(&deletions) as Arc<dyn hotgate_tiering::RowSuppression>);
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -161,6 +166,7 @@ pub async fn run(
         maintenance: config.tiering.maintenance_options(),
         schema_changes: tokio::sync::Mutex::new(()),
         boundary: Default::default(),
+        deletions,
         authn: Arc::clone(&authn),
         governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),

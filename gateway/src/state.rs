@@ -24,6 +24,8 @@ pub struct GatewayState {
     pub schema_changes: tokio::sync::Mutex<()>,
     /// Per table: reads by the tiers they touched and the time ranges they asked for.
     pub boundary: crate::boundary::TierBoundary,
+    /// Deletion requests, and the suppression filter of those not yet verified.
+    pub deletions: Arc<crate::deletion::Deletions>,
     pub authn: Arc<Authenticator>,
     pub governance: Arc<Governance>,
     pub metrics: Arc<GatewayMetrics>,

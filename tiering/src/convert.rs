@@ -7,9 +7,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef as ArrowSchemaRef;
-use hotgate_store::{HotTable, LogId, ScanRequest};
+use hotgate_store::{HotTable, LogId, ScanRequest, TableName};
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct, TableMetadata};
 use iceberg::table::Table;
@@ -86,6 +86,16 @@ pub struct PartitionSink<'a> {
 
 impl PartitionSink<'_> {
     pub async fn push(&mut self, batch: RecordBatch) -> Result<()> {
+        let batch = match &self.converter.suppression {
+            Some((table, suppression)) => match suppression
+                .keep(table, &batch)
+                .map_err(|e| TieringError::Internal(format!("suppression filter: {e}")))?
+            {
+                Some(keep) => arrow_select::filter::filter_record_batch(&batch, &keep)?,
+                None => batch,
+            },
+            None => batch,
+        };
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -119,6 +129,18 @@ pub struct ConvertedLog {
     pub records: u64,
 }
 
+/// Rows tiering must not write: the suppression filters of pending deletion requests.
+/// The gateway implements it (it owns SQL); tiering only asks, per batch.
+pub trait RowSuppression: Send + Sync + std::fmt::Debug {
+    /// Which rows of `batch` (rows of `table`, by column name) to keep; `None` keeps
+    /// every row.
+    fn keep(
+        &self,
+        table: &TableName,
+        batch: &RecordBatch,
+    ) -> std::result::Result<Option<BooleanArray>, String>;
+}
+
 /// Writes Parquet data files for one table, partition by partition.
 #[derive(Debug, Clone)]
 pub struct Converter {
@@ -126,6 +148,8 @@ pub struct Converter {
     arrow_schema: ArrowSchemaRef,
     target_file_size: usize,
     file_prefix: String,
+    /// Applied to every batch before it is written (tiering cycles, not compaction).
+    suppression: Option<(TableName, Arc<dyn RowSuppression>)>,
 }
 
 impl Converter {
@@ -138,7 +162,18 @@ impl Converter {
             arrow_schema: Arc::new(schema_to_arrow_schema(schema)?),
             target_file_size: usize::try_from(target_file_size).unwrap_or(usize::MAX),
             file_prefix: prefix,
+            suppression: None,
         })
+    }
+
+    /// Drops the rows `suppression` hides from everything this converter writes.
+    pub fn with_suppression(
+        mut self,
+        table: TableName,
+        suppression: Arc<dyn RowSuppression>,
+    ) -> Self {
+        self.suppression = Some((table, suppression));
+        self
     }
 
     fn metadata(&self) -> &TableMetadata {

@@ -28,6 +28,7 @@ pub mod tierer;
 
 pub use catalog::{Catalog, CatalogConfig};
 pub use cold_scan::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue};
+pub use convert::RowSuppression;
 pub use error::{ErrorKind, Result, TieringError};
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;

@@ -25,7 +25,7 @@ use tokio::sync::Mutex;
 use crate::catalog::Catalog;
 use crate::cold_scan::ColdSnapshot;
 use crate::commit::{CommitRequest, commit, commit_schema};
-use crate::convert::Converter;
+use crate::convert::{Converter, RowSuppression};
 use crate::error::{Result, TieringError};
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
@@ -114,6 +114,8 @@ pub struct Tierer {
     /// Lists table locations for the purge (iceberg's storage cannot list).
     listing: ObjectStoreStorage,
     tables: RwLock<HashMap<TableName, Arc<TableState>>>,
+    /// Rows cycles must not write (pending deletion requests).
+    suppression: RwLock<Option<Arc<dyn RowSuppression>>>,
 }
 
 impl Tierer {
@@ -122,7 +124,13 @@ impl Tierer {
             listing: ObjectStoreStorage::new(catalog.config().props().clone()),
             catalog,
             tables: RwLock::default(),
+            suppression: RwLock::default(),
         }
+    }
+
+    /// Installs the filter of rows that tiering cycles drop from what they convert.
+    pub fn set_suppression(&self, suppression: Arc<dyn RowSuppression>) {
+        *self.suppression.write().unwrap_or_else(|p| p.into_inner()) = Some(suppression);
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -264,7 +272,15 @@ impl Tierer {
         }
 
         let prefix = format!("hg-{}", uuid::Uuid::new_v4().simple());
-        let converter = Converter::new(&base, def.tiering().target_file_size, prefix)?;
+        let mut converter = Converter::new(&base, def.tiering().target_file_size, prefix)?;
+        let suppression = self
+            .suppression
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(suppression) = suppression {
+            converter = converter.with_suppression(name.clone(), suppression);
+        }
         let (request, next) = if hot.is_primary_key() {
             dump_buckets(hot, &base, &converter, &committed, &due, &mut report).await?
         } else {

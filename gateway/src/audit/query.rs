@@ -125,7 +125,7 @@ pub async fn query(
 ) -> Result<AuditPage> {
     let (scan, limit) = query.scan()?;
     let tiers = choose_tiers(tierer, &table, &scan)?;
-    let mut df = plan_scan(table, view, &scan, &tiers).await?;
+    let mut df = plan_scan(table, view, &scan, &tiers, None).await?;
     if view.schema().index_of("seq").is_err() {
         return Err(GatewayError::PermissionDenied(
             "the policies on _system.audit hide column seq, which paging needs".into(),

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::BatchStream;
+use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::planner::check_columns;
 use crate::state::GatewayState;
@@ -30,6 +31,11 @@ pub(super) struct Recheck {
 }
 
 impl Recheck {
+    /// The suppression of pending deletion requests on the table, as of now.
+    fn suppression(&self) -> Option<Suppression> {
+        self.state.deletions.suppression(self.table.def().name())
+    }
+
     fn view(&self) -> Result<Arc<SecureView>> {
         let governance = &self.state.governance;
         governance.authorize_table(
@@ -212,8 +218,13 @@ pub(super) fn changelog(
             };
             offsets = snapshot.offsets;
             let mut rows = snapshot.batches;
+            let suppression = recheck.suppression();
             while let Some(item) = rows.recv().await {
                 let batch = item.map_err(GatewayError::from).and_then(|(bucket, rows)| {
+                    let rows = match &suppression {
+                        Some(s) => s.apply(&rows)?,
+                        None => rows,
+                    };
                     visible(view.as_ref(), &snapshot_rows(bucket, &rows)?)
                 });
                 let failed = batch.is_err();
@@ -231,7 +242,10 @@ pub(super) fn changelog(
             // A restricted view (or a changelog with its trailing columns) reads whole
             // stored rows, since its row filter and masks may need any column; an
             // unrestricted log table's reads just the requested columns.
-            let direct = view.is_unrestricted() && !pk;
+            // Rows of pending deletion requests are dropped before the view, so those
+            // reads need whole rows too.
+            let suppression = recheck.suppression();
+            let direct = view.is_unrestricted() && !pk && suppression.is_none();
             let request = ScanRequest {
                 columns: if direct { c.columns.clone() } else { None },
                 since,
@@ -255,7 +269,11 @@ pub(super) fn changelog(
                         if direct {
                             return Ok(b.batch);
                         }
-                        reader_visible(reader_view.as_ref(), &b.batch)
+                        let rows = match &suppression {
+                            Some(s) => s.apply(&b.batch)?,
+                            None => b.batch,
+                        };
+                        reader_visible(reader_view.as_ref(), &rows)
                     });
                     let failed = batch.is_err();
                     let empty = matches!(&batch, Ok(b) if b.num_rows() == 0);

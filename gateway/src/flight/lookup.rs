@@ -10,6 +10,7 @@ use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, TableName};
 
 use super::OpenedRead;
+use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
 use crate::planner::check_columns;
@@ -33,6 +34,7 @@ pub(super) async fn lookup(
     table: Arc<HotTable>,
     view: &SecureView,
     l: ticket::Lookup,
+    suppression: Option<Suppression>,
 ) -> Result<OpenedRead> {
     if !table.is_primary_key() {
         return Err(lookup_unsupported(&l.table));
@@ -78,6 +80,11 @@ pub(super) async fn lookup(
     let mut columns = found.rows.columns().to_vec();
     columns.push(Arc::new(UInt64Array::from(index)));
     let rows = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)?;
+    // A row a pending deletion request covers is missing, like a key without a row.
+    let rows = match &suppression {
+        Some(s) => s.apply(&rows)?,
+        None => rows,
+    };
     let shown = view.apply_with_trailing(&rows, 1)?;
     let shown_index = shown
         .column(shown.num_columns() - 1)

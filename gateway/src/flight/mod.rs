@@ -129,7 +129,8 @@ impl HotgateFlight {
                     scan.until,
                     chrono::Utc::now().timestamp_micros(),
                 );
-                let df = plan_scan(table, &view, &scan, &tiers).await?;
+                let suppression = self.state.deletions.suppression(table.def().name());
+                let df = plan_scan(table, &view, &scan, &tiers, suppression.as_ref()).await?;
                 let schema = Arc::new(df.schema().as_arrow().clone());
                 let stream = df.execute_stream().await?;
                 OpenedRead {
@@ -159,7 +160,10 @@ impl HotgateFlight {
                     trailer: None,
                 }
             }
-            Command::Lookup(l) => lookup(&self.state.governance, table, &view, l).await?,
+            Command::Lookup(l) => {
+                let suppression = self.state.deletions.suppression(table.def().name());
+                lookup(&self.state.governance, table, &view, l, suppression).await?
+            }
         };
         audit.set_view(&view, &opened.schema);
         Ok(opened)
@@ -315,7 +319,15 @@ impl HotgateFlight {
         let (schema, tickets) = match command {
             Command::Scan(scan) => {
                 let tiers = choose_tiers(&self.state.tierer, &table, &scan)?;
-                let df = plan_scan(Arc::clone(&table), &view, &scan, &tiers).await?;
+                let suppression = self.state.deletions.suppression(table.def().name());
+                let df = plan_scan(
+                    Arc::clone(&table),
+                    &view,
+                    &scan,
+                    &tiers,
+                    suppression.as_ref(),
+                )
+                .await?;
                 let schema = df.schema().as_arrow().clone();
                 let buckets: Vec<u32> = scan
                     .buckets

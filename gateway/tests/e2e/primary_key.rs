@@ -935,3 +935,69 @@ async fn a_large_lookup_is_split_into_grpc_sized_messages() {
         [serde_json::json!({"requested": n + 1, "found": n, "missing": [n]})]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let token = server.token("alice", &["analyst"]);
+    assert_eq!(
+        create_table(&server, &token, accounts_table())
+            .await
+            .status(),
+        201
+    );
+    let mut client = server.client().await;
+    let rows: Vec<(i64, f64)> = (0..20).map(|i| (i, i as f64)).collect();
+    upsert(&mut client, &token, &rows).await;
+    let (status, record) = http_json(
+        &server,
+        reqwest::Method::POST,
+        "/v1/deletions",
+        &token,
+        Some(
+            serde_json::json!({"tables": ["app.accounts"], "predicate": "id < 5",
+            "subject": "case-9"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 202, "{record}");
+
+    // A hidden key is missing from a lookup, exactly like a key without a row.
+    let (batches, meta) = get_with_metadata(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+                           "lookup": [{"id": 1}, {"id": 7}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(column_i64(&batches, "id"), [Some(7)]);
+    assert_eq!(
+        meta,
+        [serde_json::json!({"requested": 2, "found": 1, "missing": [0]})]
+    );
+    // Scans of the state and the snapshot-then-changelog handoff skip them too.
+    let batches = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id"]}),
+    )
+    .await
+    .unwrap();
+    let mut ids = ints(&batches, "id");
+    ids.sort_unstable();
+    assert_eq!(ids, (5..20).collect::<Vec<_>>());
+    let batches = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+                           "changelog": {"from": "snapshot", "follow": false}}),
+    )
+    .await
+    .unwrap();
+    let mut ids = ints(&batches, "id");
+    ids.sort_unstable();
+    assert_eq!(ids, (5..20).collect::<Vec<_>>());
+    server.terminate();
+}
