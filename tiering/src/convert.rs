@@ -203,8 +203,15 @@ impl Converter {
 
     /// A fresh writer for one partition.
     async fn writer(&self, key: PartitionKey) -> Result<PartitionWriter> {
+        // iceberg's rolling writer counts the open row group at its uncompressed size,
+        // so with one row group per file a file would roll at the target *before*
+        // compression and land several times smaller. Row groups of an eighth of the
+        // target flush as they fill, so the count is mostly compressed bytes and files
+        // land near the target.
+        let row_group_bytes = (self.target_file_size / 8).clamp(64 << 10, 128 << 20);
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_bytes(Some(row_group_bytes))
             .build();
         let parquet = ParquetWriterBuilder::new(props, self.metadata().current_schema().clone());
         let rolling = RollingFileWriterBuilder::new(
