@@ -154,3 +154,26 @@ async fn cold_scans_push_comparisons_down_and_leave_out_what_does_not_bind() {
     // Only the matching rows come back: the comparisons reached iceberg's row filter.
     assert_eq!(ids, (50..100).filter(|i| i % 7 == 3).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn files_roll_near_the_target_size_in_compressed_bytes() {
+    const TARGET: u64 = 128 << 10;
+    let mut spec = crate::common::events_spec(1);
+    spec.tiering.target_file_size = TARGET;
+    let f = crate::common::fixture_with(spec).await;
+    // 200,000 rows of one day (events() puts one row a minute from its start).
+    for _ in 0..200 {
+        f.hot.append(&events(0..1_000, T0)).await.unwrap();
+    }
+    let report = f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    let mut sizes: Vec<u64> = report.files.iter().map(|f| f.bytes).collect();
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    // Every file but the last of the partition is between half and 1.5x the target.
+    sizes.sort_unstable();
+    for size in &sizes[1..] {
+        assert!(
+            *size * 2 >= TARGET && *size * 2 <= TARGET * 3,
+            "a rolled file of {size} bytes against a target of {TARGET}: {sizes:?}"
+        );
+    }
+}
