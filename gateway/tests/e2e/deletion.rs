@@ -7,7 +7,7 @@ use futures::TryStreamExt;
 use reqwest::Method;
 
 use crate::harness::*;
-use crate::tiering::{FAST_TICK, short_lived_events, tier, wait_hot_purged};
+use crate::tiering::{FAST_TICK, events_in_the_cold_tier, tier};
 
 async fn scan(server: &Server, token: &str, ticket: serde_json::Value) -> Vec<i64> {
     let mut client = server.client().await;
@@ -74,25 +74,8 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     let dir = tempfile::tempdir().unwrap();
     let flight = free_addr();
     let http = free_addr();
-    let server = Server::start_env(dir.path(), flight, http, &FAST_TICK);
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, short_lived_events())
-            .await
-            .status(),
-        201
-    );
+    let (server, token, _) = events_in_the_cold_tier(dir.path(), flight, http, 0..200).await;
     let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..200)],
-    )
-    .await
-    .unwrap();
-    tier(&server, &token).await;
-    wait_hot_purged(&server).await;
     put(
         &mut client,
         &token,

@@ -11,7 +11,7 @@ use arrow_schema::{DataType, Field};
 use reqwest::Method;
 
 use crate::harness::*;
-use crate::tiering::{FAST_TICK, short_lived_events, tier, wait_hot_purged};
+use crate::tiering::{FAST_TICK, events_in_the_cold_tier, tier};
 
 /// `events(ids)` with a `note` column: `n<id>`.
 fn events_with_note(ids: std::ops::Range<i64>) -> RecordBatch {
@@ -133,25 +133,9 @@ fn column_names(described: &serde_json::Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, short_lived_events())
-            .await
-            .status(),
-        201
-    );
+    let (server, token, _) =
+        events_in_the_cold_tier(dir.path(), free_addr(), free_addr(), 0..100).await;
     let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..100)],
-    )
-    .await
-    .unwrap();
-    tier(&server, &token).await;
-    wait_hot_purged(&server).await;
     // Untiered old-schema rows stay in the hot tier.
     put(
         &mut client,

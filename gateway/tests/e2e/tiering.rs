@@ -100,10 +100,16 @@ fn segments_purged(hot_dir: &Path) -> bool {
         .any(|names| names.iter().all(|n| !n.trim_start_matches('0').is_empty()))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn union_reads_return_every_row_once_across_both_tiers() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
+/// Starts a server on `dir` (fast scheduler tick) whose short-lived events table holds
+/// the rows `ids`, tiered and then dropped from the hot tier by retention, so reads of
+/// them need the cold tier. Returns the server, alice's token and the cycle's report.
+pub(crate) async fn events_in_the_cold_tier(
+    dir: &Path,
+    flight: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    ids: std::ops::Range<i64>,
+) -> (Server, String, serde_json::Value) {
+    let server = Server::start_env(dir, flight, http, &FAST_TICK);
     let token = server.token("alice", &["analyst"]);
     assert_eq!(
         create_table(&server, &token, short_lived_events())
@@ -112,22 +118,25 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
         201
     );
     let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..200)],
-    )
-    .await
-    .unwrap();
-
+    put(&mut client, &token, &["app", "events"], vec![events(ids)])
+        .await
+        .unwrap();
     let report = tier(&server, &token).await;
+    wait_hot_purged(&server).await;
+    (server, token, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn union_reads_return_every_row_once_across_both_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, token, report) =
+        events_in_the_cold_tier(dir.path(), free_addr(), free_addr(), 0..200).await;
     assert!(report["snapshot_id"].is_i64(), "{report}");
     assert_eq!(report["records"], 200);
     assert!(!report["files"].as_array().unwrap().is_empty());
 
-    // Hot retention may now drop the tiered segments; reads union both tiers.
-    wait_hot_purged(&server).await;
+    // Hot retention dropped the tiered segments; reads union both tiers.
+    let mut client = server.client().await;
     put(
         &mut client,
         &token,
