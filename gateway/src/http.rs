@@ -248,7 +248,7 @@ struct AddColumnsBody {
     columns: Vec<hotgate_store::ColumnSpec>,
 }
 
-/// `POST /v1/tables/{id}/columns`: adds nullable columns to a log table, in the hot
+/// `POST /v1/tables/{id}/columns`: adds nullable columns to a table, in the hot
 /// table and its Iceberg table in one step, or in neither. Needs
 /// `TABLE_WRITE_PROPERTIES` on the table.
 ///
@@ -274,7 +274,7 @@ async fn add_columns(
     let _one_change = state.schema_changes.lock().await;
     let base = table.def();
     let name = base.name();
-    let tiered = base.tiering().enabled && !table.is_primary_key();
+    let tiered = base.tiering().enabled;
     let first_field_id = if tiered {
         if !state.tierer.is_ready(name) {
             state.tierer.ensure_table(&base).await?;

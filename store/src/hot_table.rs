@@ -201,7 +201,7 @@ impl HotTable {
     /// primary-key table's changelog.
     pub fn log_schema(&self) -> SchemaRef {
         match &self.pk {
-            Some(pk) => Arc::clone(pk.log_schema()),
+            Some(pk) => pk.log_schema(),
             None => Arc::clone(self.def().stored_schema()),
         }
     }
@@ -467,9 +467,19 @@ impl HotTable {
     }
 
     /// Replaces the definition with `next`, which must only add nullable columns at the
-    /// end (see [`TableDef::with_added_columns`]); the caller has persisted it.
-    pub(crate) fn set_def(&self, next: TableDef) {
+    /// end (see [`TableDef::with_added_columns`]); the caller has persisted it. A
+    /// primary-key table switches its row encoding with every bucket's write lock held,
+    /// so no write straddles the change.
+    pub(crate) async fn evolve(&self, next: TableDef) -> Result<()> {
+        let mut guards = Vec::with_capacity(self.bucket_locks.len());
+        for lock in &self.bucket_locks {
+            guards.push(lock.lock().await);
+        }
+        if let Some(pk) = &self.pk {
+            pk.set_schema(&next)?;
+        }
         *write(&self.def) = Arc::new(next);
+        Ok(())
     }
 
     /// True for a primary-key table (current state in RocksDB, a changelog in its logs).

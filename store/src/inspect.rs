@@ -153,7 +153,7 @@ fn inspect_log(
             }
             let offsets = meta.base_offset..meta.end_offset();
             // A full read checks the frame's CRC before decoding anything.
-            match read_frame(&file, path, &meta, schema, &all) {
+            match read_frame(&file, path, &meta, schema, &all, 0) {
                 Ok(batch) if batch.num_rows() == meta.record_count as usize => {
                     out.push(InspectedFrame::Rows {
                         log: id,

@@ -167,9 +167,37 @@ pub struct PkState {
     cf_name: String,
     key_indices: Vec<usize>,
     keys: RowConverter,
+    /// Swapped whole when columns are added.
+    codec: std::sync::RwLock<Arc<RowCodec>>,
+}
+
+/// How whole rows are encoded as RocksDB values: the stored schema of the current
+/// definition. Each value records its column count, so values written before columns
+/// were added decode with the shorter schema and read the new columns as null.
+struct RowCodec {
     rows: RowConverter,
     stored: SchemaRef,
     log_schema: SchemaRef,
+}
+
+impl RowCodec {
+    fn new(stored: SchemaRef) -> Result<Self> {
+        Ok(Self {
+            rows: row_converter(&stored, stored.fields().len())?,
+            log_schema: changelog_schema(&stored),
+            stored,
+        })
+    }
+}
+
+/// A row converter for the first `count` columns of `stored`.
+fn row_converter(stored: &Schema, count: usize) -> Result<RowConverter> {
+    Ok(RowConverter::new(
+        stored.fields()[..count]
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )?)
 }
 
 impl std::fmt::Debug for PkState {
@@ -213,7 +241,6 @@ impl PkState {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let sort = |i: &usize| SortField::new(stored.field(*i).data_type().clone());
         let keys = RowConverter::new(key_indices.iter().map(sort).collect())?;
-        let rows = RowConverter::new((0..stored.fields().len()).map(|i| sort(&i)).collect())?;
         let cf_name = def.name().to_string();
         db.cf(&cf_name)?;
         Ok(Self {
@@ -221,14 +248,29 @@ impl PkState {
             cf_name,
             key_indices,
             keys,
-            rows,
-            log_schema: changelog_schema(&stored),
-            stored,
+            codec: std::sync::RwLock::new(Arc::new(RowCodec::new(stored)?)),
         })
     }
 
-    pub fn log_schema(&self) -> &SchemaRef {
-        &self.log_schema
+    fn codec(&self) -> Arc<RowCodec> {
+        Arc::clone(&crate::sync::read(&self.codec))
+    }
+
+    /// Switches to `def`'s stored schema, which adds columns at the end of the current
+    /// one (the caller holds every bucket's write lock).
+    pub(crate) fn set_schema(&self, def: &TableDef) -> Result<()> {
+        let codec = RowCodec::new(Arc::clone(def.stored_schema()))?;
+        *crate::sync::write(&self.codec) = Arc::new(codec);
+        Ok(())
+    }
+
+    pub fn log_schema(&self) -> SchemaRef {
+        Arc::clone(&self.codec().log_schema)
+    }
+
+    /// The stored schema rows are encoded in.
+    pub fn stored_schema(&self) -> SchemaRef {
+        Arc::clone(&self.codec().stored)
     }
 
     pub fn key_indices(&self) -> &[usize] {
@@ -254,11 +296,12 @@ impl PkState {
 
     /// The RocksDB keys of `batch`'s rows (which hold the key columns by name).
     pub(crate) fn encode_keys(&self, bucket: &[u32], batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let codec = self.codec();
         let columns = self
             .key_indices
             .iter()
             .map(|i| {
-                let name = self.stored.field(*i).name();
+                let name = codec.stored.field(*i).name();
                 batch.column_by_name(name).cloned().ok_or_else(|| {
                     StoreError::InvalidRequest(format!("key column {name} is missing"))
                 })
@@ -275,9 +318,19 @@ impl PkState {
             .collect())
     }
 
+    /// Encodes whole rows; a batch of fewer columns than the stored schema (normalized
+    /// before a column was added) gets nulls for the rest.
     fn encode_rows(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
-        let rows = self.rows.convert_columns(batch.columns())?;
-        let count = (batch.num_columns() as u32).to_be_bytes();
+        let codec = self.codec();
+        let mut columns = batch.columns().to_vec();
+        for field in &codec.stored.fields()[columns.len().min(codec.stored.fields().len())..] {
+            columns.push(arrow_array::new_null_array(
+                field.data_type(),
+                batch.num_rows(),
+            ));
+        }
+        let rows = codec.rows.convert_columns(&columns)?;
+        let count = (columns.len() as u32).to_be_bytes();
         Ok((0..batch.num_rows())
             .map(|i| {
                 let r = rows.row(i);
@@ -290,53 +343,65 @@ impl PkState {
             .collect())
     }
 
-    /// Decodes stored values into a batch of the stored schema.
+    /// Decodes stored values into a batch of the current stored schema. Values written
+    /// with fewer columns (before columns were added) get nulls for the others.
     pub(crate) fn decode_rows<'a>(
         &self,
         values: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<RecordBatch> {
-        let parser = self.rows.parser();
-        let mut rows = Vec::new();
+        let codec = self.codec();
+        let width = codec.stored.fields().len();
+        let corrupt = |detail: String| StoreError::corrupt(Path::new(&self.cf_name), detail);
+        // Runs of values with the same column count decode together, in order.
+        let mut runs: Vec<(usize, Vec<&[u8]>)> = Vec::new();
         for v in values {
             if v.len() < 5 || v[0] != VALUE_FORMAT {
-                return Err(StoreError::corrupt(
-                    Path::new(&self.cf_name),
-                    "a stored row has an unknown format",
-                ));
+                return Err(corrupt("a stored row has an unknown format".into()));
             }
             let count = u32::from_be_bytes([v[1], v[2], v[3], v[4]]) as usize;
-            if count != self.stored.fields().len() {
-                return Err(StoreError::corrupt(
-                    Path::new(&self.cf_name),
-                    format!(
-                        "a stored row has {count} columns, the table {}",
-                        self.stored.fields().len()
-                    ),
-                ));
+            if count == 0 || count > width {
+                return Err(corrupt(format!(
+                    "a stored row has {count} columns, the table {width}"
+                )));
             }
-            rows.push(parser.parse(&v[5..]));
+            match runs.last_mut() {
+                Some((c, run)) if *c == count => run.push(&v[5..]),
+                _ => runs.push((count, vec![&v[5..]])),
+            }
         }
-        if rows.is_empty() {
-            return Ok(RecordBatch::new_empty(Arc::clone(&self.stored)));
+        let mut batches = Vec::with_capacity(runs.len());
+        for (count, run) in runs {
+            let older;
+            let converter = if count == width {
+                &codec.rows
+            } else {
+                older = row_converter(&codec.stored, count)?;
+                &older
+            };
+            let parser = converter.parser();
+            let rows: Vec<_> = run.iter().map(|r| parser.parse(r)).collect();
+            // The row format trusts its input and may panic on bytes it did not write; a
+            // damaged value must fail this read as corrupt, not take the process down.
+            let converted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                converter.convert_rows(rows)
+            }))
+            .map_err(|_| corrupt("a stored row could not be decoded".into()))?;
+            let mut columns = converted
+                .map_err(|e| corrupt(format!("a stored row could not be decoded: {e}")))?;
+            let n = run.len();
+            for field in &codec.stored.fields()[count..] {
+                columns.push(arrow_array::new_null_array(field.data_type(), n));
+            }
+            batches.push(RecordBatch::try_new(Arc::clone(&codec.stored), columns)?);
         }
-        // The row format trusts its input and may panic on bytes it did not write; a
-        // damaged value must fail this read as corrupt, not take the process down.
-        let converted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.rows.convert_rows(rows)
-        }))
-        .map_err(|_| {
-            StoreError::corrupt(
-                Path::new(&self.cf_name),
-                "a stored row could not be decoded",
-            )
-        })?;
-        let columns = converted.map_err(|e| {
-            StoreError::corrupt(
-                Path::new(&self.cf_name),
-                format!("a stored row could not be decoded: {e}"),
-            )
-        })?;
-        Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
+        match batches.len() {
+            0 => Ok(RecordBatch::new_empty(Arc::clone(&codec.stored))),
+            1 => Ok(batches.remove(0)),
+            _ => Ok(arrow_select::concat::concat_batches(
+                &codec.stored,
+                &batches,
+            )?),
+        }
     }
 
     /// The current values of `keys`, in order (one batched RocksDB `MultiGet`).
@@ -399,7 +464,7 @@ impl PkState {
             let kinds = StringArray::from_iter_values(log_rows.iter().map(|(k, _)| k.as_str()));
             let mut columns = rows.columns().to_vec();
             columns.push(Arc::new(kinds));
-            Some(RecordBatch::try_new(Arc::clone(&self.log_schema), columns)?)
+            Some(RecordBatch::try_new(self.log_schema(), columns)?)
         };
         let writes = state.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
         Ok(BucketChanges {
@@ -453,7 +518,8 @@ impl PkState {
             .ok_or_else(|| {
                 StoreError::corrupt(Path::new(&self.cf_name), "changelog without _change")
             })?;
-        let stored = batch.project(&(0..self.stored.fields().len()).collect::<Vec<_>>())?;
+        let width = self.codec().stored.fields().len();
+        let stored = batch.project(&(0..width).collect::<Vec<_>>())?;
         let keys = self.encode_keys(&vec![bucket; batch.num_rows()], &stored)?;
         let values = self.encode_rows(&stored)?;
         let mut writes = Vec::with_capacity(batch.num_rows());

@@ -56,7 +56,17 @@ pub(crate) fn resolve_projection(
     columns: Option<&[String]>,
     change_meta: bool,
 ) -> Result<(Vec<usize>, SchemaRef)> {
-    let schema = table.log_schema();
+    resolve_projection_in(table, &table.log_schema(), columns, change_meta)
+}
+
+/// [`resolve_projection`] against a log schema the caller already holds, so indices and
+/// schema agree even if a column is added meanwhile.
+fn resolve_projection_in(
+    table: &HotTable,
+    schema: &SchemaRef,
+    columns: Option<&[String]>,
+    change_meta: bool,
+) -> Result<(Vec<usize>, SchemaRef)> {
     let projection: Vec<usize> = match columns {
         None => (0..schema.fields().len()).collect(),
         Some(cols) => cols
@@ -113,6 +123,8 @@ pub fn change_meta_fields() -> [Field; 3] {
 #[derive(Debug)]
 pub struct HotScan {
     table_schema: SchemaRef,
+    /// Columns after the stored ones in every frame (`_change` of a primary-key log).
+    trailing: usize,
     schema: SchemaRef,
     projection: Vec<usize>,
     time_index: Option<usize>,
@@ -124,8 +136,13 @@ pub struct HotScan {
 
 impl HotScan {
     pub(crate) fn plan(table: &HotTable, request: &ScanRequest) -> Result<Self> {
-        let (projection, schema) =
-            resolve_projection(table, request.columns.as_deref(), request.change_meta)?;
+        let table_schema = table.log_schema();
+        let (projection, schema) = resolve_projection_in(
+            table,
+            &table_schema,
+            request.columns.as_deref(),
+            request.change_meta,
+        )?;
         if let (Some(s), Some(u)) = (request.since, request.until)
             && s >= u
         {
@@ -154,7 +171,8 @@ impl HotScan {
             }
         }
         Ok(Self {
-            table_schema: table.log_schema(),
+            table_schema,
+            trailing: usize::from(table.is_primary_key()),
             schema,
             projection,
             time_index: table.def().time_index(),
@@ -194,6 +212,7 @@ impl HotScan {
             meta,
             &self.table_schema,
             &projection,
+            self.trailing,
         )?;
         let skip = (planned.rows.start - meta.base_offset) as usize;
         let take = (planned.rows.end - planned.rows.start) as usize;

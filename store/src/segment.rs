@@ -253,24 +253,30 @@ pub(crate) fn scan_segment(
 }
 
 /// Decodes a frame's rows for the columns in `projection` (indices into the table's
-/// current stored schema), reading from disk only the bytes of those columns when the
+/// current log schema), reading from disk only the bytes of those columns when the
 /// projection is partial. Columns added to the table after the frame was written come
-/// back as nulls.
+/// back as nulls. The last `trailing` columns of the schema (a primary-key log's
+/// `_change`) are the last columns of every frame, however many stored columns the
+/// frame has.
 pub(crate) fn read_frame(
     file: &File,
     path: &Path,
     meta: &FrameMeta,
     schema: &SchemaRef,
     projection: &[usize],
+    trailing: usize,
 ) -> Result<RecordBatch> {
     let corrupt = |detail: String| StoreError::corrupt(path, detail);
     let column_count = meta.column_count as usize;
-    if column_count > schema.fields().len() {
+    if column_count > schema.fields().len() || column_count < trailing {
         return Err(corrupt(format!(
-            "frame at byte {} has {column_count} columns, the table only {}",
+            "frame at byte {} has {column_count} columns, the table {}",
             meta.position,
             schema.fields().len()
         )));
+    }
+    if trailing > 0 && column_count < schema.fields().len() {
+        return read_older_frame(file, path, meta, schema, projection, trailing);
     }
     let payload_pos = meta.position + HEADER_LEN as u64;
     let full =
@@ -344,6 +350,50 @@ pub(crate) fn read_frame(
         columns.push(make_array(data));
     }
     Ok(RecordBatch::try_new(out_schema, columns)?)
+}
+
+/// A frame with trailing columns written before columns were added: decoded whole with
+/// the schema it was written with, then laid out as the table's schema, the added
+/// columns null.
+fn read_older_frame(
+    file: &File,
+    path: &Path,
+    meta: &FrameMeta,
+    schema: &SchemaRef,
+    projection: &[usize],
+    trailing: usize,
+) -> Result<RecordBatch> {
+    let column_count = meta.column_count as usize;
+    let kept = column_count - trailing;
+    let first_trailing = schema.fields().len() - trailing;
+    let fields: Vec<_> = schema.fields()[..kept]
+        .iter()
+        .chain(&schema.fields()[first_trailing..])
+        .cloned()
+        .collect();
+    let written = read_whole_frame(
+        file,
+        path,
+        meta,
+        Arc::new(arrow_schema::Schema::new(fields)),
+    )?;
+    let rows = written.num_rows();
+    let columns = projection
+        .iter()
+        .map(|&p| {
+            if p < kept {
+                Arc::clone(written.column(p))
+            } else if p >= first_trailing {
+                Arc::clone(written.column(kept + p - first_trailing))
+            } else {
+                new_null_array(schema.field(p).data_type(), rows)
+            }
+        })
+        .collect();
+    Ok(RecordBatch::try_new(
+        Arc::new(schema.project(projection)?),
+        columns,
+    )?)
 }
 
 /// Reads a whole frame, checks its CRC, and decodes every column with arrow-ipc.
@@ -559,15 +609,15 @@ mod tests {
         table_fields.push(Field::new("added", DataType::Int64, true));
         let table_schema = Arc::new(Schema::new(table_fields));
         let all: Vec<usize> = (0..types.len()).collect();
-        let whole = read_frame(&file, &path, &meta, &table_schema, &all).unwrap();
+        let whole = read_frame(&file, &path, &meta, &table_schema, &all, 0).unwrap();
         assert_eq!(whole, batch);
         for i in 0..types.len() {
-            let one = read_frame(&file, &path, &meta, &table_schema, &[i, types.len()]).unwrap();
+            let one = read_frame(&file, &path, &meta, &table_schema, &[i, types.len()], 0).unwrap();
             assert_eq!(one.column(0), batch.column(i), "column {i}");
             assert_eq!(one.column(1).null_count(), n, "added column reads as nulls");
         }
         let reversed: Vec<usize> = all.iter().rev().copied().collect();
-        let r = read_frame(&file, &path, &meta, &table_schema, &reversed).unwrap();
+        let r = read_frame(&file, &path, &meta, &table_schema, &reversed, 0).unwrap();
         assert_eq!(r.column(0), batch.column(types.len() - 1));
 
         // A damaged byte fails the whole-frame CRC.
@@ -575,7 +625,7 @@ mod tests {
         damaged[16 + HEADER_LEN + 40] ^= 1;
         std::fs::write(&path, &damaged).unwrap();
         let file = File::open(&path).unwrap();
-        let err = read_frame(&file, &path, &meta, &table_schema, &all).unwrap_err();
+        let err = read_frame(&file, &path, &meta, &table_schema, &all, 0).unwrap_err();
         assert!(err.to_string().contains("fails its CRC"), "{err}");
     }
 }

@@ -164,7 +164,7 @@ impl Store {
         let json = serde_json::to_vec_pretty(next.spec())
             .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
         write_file_durable(&dir.join(DEF_FILE), &json)?;
-        table.set_def(next);
+        table.evolve(next).await?;
         Ok(table)
     }
 

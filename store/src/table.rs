@@ -548,9 +548,7 @@ impl TableDef {
     /// supports. Rows written before have no value for them, so each must be nullable.
     /// Field ids are assigned here, from `first_field_id` up (or above the highest id in
     /// use, if that is higher): the cold tier passes its highest id ever used, so an id
-    /// is never given to two columns. Primary-key tables are refused for now: their
-    /// state rows and changelog frames end with `_change`, which a new column would
-    /// have to go before.
+    /// is never given to two columns.
     pub fn with_added_columns(
         &self,
         columns: Vec<ColumnSpec>,
@@ -564,12 +562,6 @@ impl TableDef {
         };
         if columns.is_empty() {
             return invalid("name at least one column to add".into());
-        }
-        if matches!(self.kind, TableKind::PrimaryKey { .. }) {
-            return invalid(
-                "adding columns to a primary-key table is not supported yet; only log tables can evolve"
-                    .into(),
-            );
         }
         let mut spec = self.spec.clone();
         let first = spec

@@ -216,3 +216,30 @@ def test_pyiceberg_reads_a_tiered_primary_key_table():
     want = {i: (-1 if i < 10 else i * 10) for i in range(90)}
     assert dict(zip(got.column("id").to_pylist(), got.column("balance").to_pylist())) == want
     assert got.num_rows == 90
+
+    # A column added to the primary-key table: old rows null, the key still the
+    # identifier field, in both tiers.
+    status, body = hotgate_client.http(
+        "POST", "/v1/tables/lake.accounts/columns", TOKEN, {"columns": [{"name": "note", "type": "string"}]}
+    )
+    assert status == 200, body
+    data = pa.table({"id": pa.array([0], pa.int64()), "note": pa.array(["vip"], pa.string())})
+    writer, reader = client.do_put(
+        flight.FlightDescriptor.for_command(json.dumps({"table": "lake.accounts"})),
+        data.schema,
+        hotgate_client.options(TOKEN),
+    )
+    writer.write_table(data)
+    writer.done_writing()
+    while reader.read() is not None:
+        pass
+    writer.close()
+    status, report = hotgate_client.http("POST", "/v1/tables/lake.accounts/tier", TOKEN)
+    assert status == 200, report
+    table = catalog().load_table("lake.accounts")
+    assert [table.schema().find_field(i).name for i in table.schema().identifier_field_ids] == ["id"]
+    got = table.scan().to_arrow().sort_by("id")
+    notes = dict(zip(got.column("id").to_pylist(), got.column("note").to_pylist()))
+    assert notes[0] == "vip" and all(v is None for k, v in notes.items() if k != 0), notes
+    # The upsert without balance replaced the row (upserts are whole rows).
+    assert got.num_rows == 90
