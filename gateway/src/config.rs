@@ -30,6 +30,25 @@ pub struct Config {
     /// warehouse `<data_dir>/warehouse`.
     pub catalog: Option<hotgate_tiering::CatalogConfig>,
     pub tiering: TieringConfig,
+    pub deletion: DeletionConfig,
+}
+
+/// Compliance deletion requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeletionConfig {
+    /// How long a request may take from `accepted` to `verified` before it is overdue
+    /// (shown in its status and in `/metrics`).
+    #[serde(with = "duration_text")]
+    pub time_bound: std::time::Duration,
+}
+
+impl Default for DeletionConfig {
+    fn default() -> Self {
+        Self {
+            time_bound: std::time::Duration::from_secs(15 * 60),
+        }
+    }
 }
 
 /// The tiering scheduler.
@@ -201,6 +220,7 @@ impl Default for Config {
             audit: AuditConfig::default(),
             catalog: None,
             tiering: TieringConfig::default(),
+            deletion: DeletionConfig::default(),
         }
     }
 }
@@ -306,6 +326,7 @@ impl Config {
                 "TIERING_MAINTENANCE_INTERVAL" => {
                     self.tiering.maintenance_interval = duration(&value)?
                 }
+                "DELETION_TIME_BOUND" => self.deletion.time_bound = duration(&value)?,
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
@@ -316,7 +337,8 @@ impl Config {
                          HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_AUDIT_ENABLED, \
                          HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
                          HOTGATE_AUDIT_KEY_FILE, HOTGATE_TIERING_SCHEDULER, HOTGATE_TIERING_TICK, \
-                         HOTGATE_TIERING_MAINTENANCE_INTERVAL, HOTGATE_LOG, HOTGATE_TOKEN"
+                         HOTGATE_TIERING_MAINTENANCE_INTERVAL, HOTGATE_DELETION_TIME_BOUND, \
+                         HOTGATE_LOG, HOTGATE_TOKEN"
                     )));
                 }
             }

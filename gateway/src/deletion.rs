@@ -35,7 +35,7 @@ use crate::error::{GatewayError, Result};
 pub const SUBJECT_TAG: &str = "subject";
 
 /// Where a request is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeletionState {
     Accepted,
@@ -43,6 +43,26 @@ pub enum DeletionState {
     ColdApplied,
     Purged,
     Verified,
+}
+
+impl DeletionState {
+    pub const ALL: [DeletionState; 5] = [
+        DeletionState::Accepted,
+        DeletionState::HotApplied,
+        DeletionState::ColdApplied,
+        DeletionState::Purged,
+        DeletionState::Verified,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeletionState::Accepted => "accepted",
+            DeletionState::HotApplied => "hot_applied",
+            DeletionState::ColdApplied => "cold_applied",
+            DeletionState::Purged => "purged",
+            DeletionState::Verified => "verified",
+        }
+    }
 }
 
 /// One table a request deletes from, and how.
@@ -72,8 +92,21 @@ pub struct DeletionRecord {
     pub reason: String,
     pub requested_by: String,
     pub history: Vec<StateChange>,
+    /// When the request must be `verified` by (RFC 3339): acceptance plus the
+    /// configured time bound.
+    pub deadline: String,
+    /// Past the deadline and not verified; computed when shown, not stored.
+    #[serde(default, skip_deserializing)]
+    pub overdue: bool,
     /// What is not done yet, in words.
     pub pending: Option<String>,
+}
+
+impl DeletionRecord {
+    fn is_overdue(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        self.state != DeletionState::Verified
+            && chrono::DateTime::parse_from_rfc3339(&self.deadline).is_ok_and(|d| now > d)
+    }
 }
 
 /// The `tables` field: a list of names, or `"all"`.
@@ -283,6 +316,7 @@ impl Suppression {
 #[derive(Debug)]
 pub struct Deletions {
     dir: PathBuf,
+    time_bound: std::time::Duration,
     records: RwLock<BTreeMap<String, DeletionRecord>>,
     /// Per table, the parsed predicates of its requests that are not verified.
     active: RwLock<HashMap<TableName, Vec<Expr>>>,
@@ -296,7 +330,11 @@ impl Deletions {
     /// Loads every request under `<data_dir>/deletions`. The predicates are parsed
     /// against the tables in `defs`; a request whose table is gone is kept on record
     /// and suppresses nothing.
-    pub fn open(data_dir: &Path, defs: &[Arc<TableDef>]) -> Result<Self> {
+    pub fn open(
+        data_dir: &Path,
+        defs: &[Arc<TableDef>],
+        time_bound: std::time::Duration,
+    ) -> Result<Self> {
         let dir = data_dir.join("deletions");
         std::fs::create_dir_all(&dir)
             .map_err(|e| GatewayError::Internal(format!("cannot create {}: {e}", dir.display())))?;
@@ -324,6 +362,7 @@ impl Deletions {
         }
         let deletions = Self {
             dir,
+            time_bound,
             records: RwLock::new(records),
             active: RwLock::default(),
         };
@@ -365,7 +404,12 @@ impl Deletions {
         requested_by: String,
         defs: &[Arc<TableDef>],
     ) -> Result<DeletionRecord> {
+        let now = chrono::Utc::now();
+        let bound = chrono::Duration::from_std(self.time_bound).unwrap_or(chrono::Duration::MAX);
         let record = DeletionRecord {
+            deadline: (now.checked_add_signed(bound).unwrap_or(now))
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            overdue: false,
             id: uuid::Uuid::new_v4().to_string(),
             state: DeletionState::Accepted,
             targets,
@@ -393,12 +437,29 @@ impl Deletions {
         Ok(record)
     }
 
+    /// The request `id`, with `overdue` as of now.
     pub fn get(&self, id: &str) -> Option<DeletionRecord> {
-        self.records
+        let mut record = self
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
-            .cloned()
+            .cloned()?;
+        record.overdue = record.is_overdue(chrono::Utc::now());
+        Some(record)
+    }
+
+    /// Requests by state, and how many of them are overdue, for `/metrics`.
+    pub fn counts(&self) -> (BTreeMap<DeletionState, u64>, u64) {
+        let now = chrono::Utc::now();
+        let records = self.records.read().unwrap_or_else(|p| p.into_inner());
+        let mut by_state = BTreeMap::new();
+        let mut overdue = 0;
+        for r in records.values() {
+            *by_state.entry(r.state).or_default() += 1;
+            overdue += u64::from(r.is_overdue(now));
+        }
+        (by_state, overdue)
     }
 
     /// The suppression of `table`, if any request on it is not verified.

@@ -124,7 +124,7 @@ async fn healthz() -> impl IntoResponse {
 async fn metrics(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(&state.store),
+        state.metrics.render(&state.store, &state.deletions),
     )
 }
 

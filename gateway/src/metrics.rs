@@ -4,9 +4,11 @@
 use std::sync::Mutex;
 
 use hotgate_store::{MetricsSnapshot, Store};
+
+use crate::deletion::{DeletionState, Deletions};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 #[derive(Debug)]
@@ -22,6 +24,8 @@ pub struct GatewayMetrics {
     store_fsyncs: IntCounter,
     store_rejected: IntCounter,
     group_commit_frames: Histogram,
+    deletions: IntGaugeVec,
+    deletions_overdue: IntGauge,
     /// The store snapshot last exported, so counters advance by the difference.
     last: Mutex<MetricsSnapshot>,
 }
@@ -72,6 +76,22 @@ impl GatewayMetrics {
         registry
             .register(Box::new(group_commit_frames.clone()))
             .unwrap_or_else(|e| panic!("metric: {e}"));
+        let deletions = IntGaugeVec::new(
+            Opts::new("hotgate_deletion_requests", "Deletion requests by state"),
+            &["state"],
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        let deletions_overdue = IntGauge::new(
+            "hotgate_deletion_requests_overdue",
+            "Deletion requests past their time bound and not verified",
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        registry
+            .register(Box::new(deletions.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
+        registry
+            .register(Box::new(deletions_overdue.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
         Self {
             put_rows: counter(
                 &registry,
@@ -104,12 +124,22 @@ impl GatewayMetrics {
             errors,
             read_seconds,
             group_commit_frames,
+            deletions,
+            deletions_overdue,
             last: Mutex::new(MetricsSnapshot::default()),
         }
     }
 
-    /// The Prometheus text exposition, with the store's counters brought up to date.
-    pub fn render(&self, store: &Store) -> String {
+    /// The Prometheus text exposition, with the store's counters and the deletion
+    /// gauges brought up to date.
+    pub fn render(&self, store: &Store, deletions: &Deletions) -> String {
+        let (by_state, overdue) = deletions.counts();
+        for state in DeletionState::ALL {
+            self.deletions
+                .with_label_values(&[state.as_str()])
+                .set(by_state.get(&state).copied().unwrap_or(0) as i64);
+        }
+        self.deletions_overdue.set(overdue as i64);
         let now = store.metrics().snapshot();
         {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());

@@ -145,7 +145,11 @@ pub async fn run(
     // Before anything reads or tiers: pending deletion requests hide their rows from
     // the first read on.
     let defs: Vec<_> = store.tables().iter().map(|t| t.def()).collect();
-    let deletions = Arc::new(crate::deletion::Deletions::open(&config.data_dir, &defs)?);
+    let deletions = Arc::new(crate::deletion::Deletions::open(
+        &config.data_dir,
+        &defs,
+        config.deletion.time_bound,
+    )?);
     tierer.set_suppression(Arc::clone(&deletions) as Arc<dyn hotgate_tiering::RowSuppression>);
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;

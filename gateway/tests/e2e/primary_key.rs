@@ -939,7 +939,13 @@ async fn a_large_lookup_is_split_into_grpc_sized_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    // A short time bound: the request is overdue (nothing after `accepted` is built).
+    let server = Server::start_env(
+        dir.path(),
+        free_addr(),
+        free_addr(),
+        &[("HOTGATE_DELETION_TIME_BOUND", "1s")],
+    );
     let token = server.token("alice", &["analyst"]);
     assert_eq!(
         create_table(&server, &token, accounts_table())
@@ -999,5 +1005,34 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     let mut ids = ints(&batches, "id");
     ids.sort_unstable();
     assert_eq!(ids, (5..20).collect::<Vec<_>>());
+
+    // Past its time bound the request shows as overdue, in its status and in /metrics.
+    assert_eq!(record["overdue"], false);
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let id = record["id"].as_str().unwrap();
+    let (status, shown) = http_json(
+        &server,
+        reqwest::Method::GET,
+        &format!("/v1/deletions/{id}"),
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["overdue"], true, "{shown}");
+    let metrics = reqwest::get(server.http_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("hotgate_deletion_requests_overdue 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hotgate_deletion_requests{state=\"accepted\"} 1"),
+        "{metrics}"
+    );
     server.terminate();
 }
