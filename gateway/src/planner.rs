@@ -171,14 +171,7 @@ impl HotTableProvider {
 
     /// An event-time bound a filter implies, if it is `time_col <op> timestamp literal`.
     fn time_bound(&self, expr: &Expr) -> Option<(Option<i64>, Option<i64>)> {
-        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
-            return None;
-        };
-        let (col, op, lit) = match (left.as_ref(), right.as_ref()) {
-            (Expr::Column(c), Expr::Literal(v, _)) => (c, *op, v),
-            (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
-            _ => return None,
-        };
+        let (col, op, lit) = column_comparison(expr)?;
         if Some(col.name.as_str()) != self.time_column() {
             return None;
         }
@@ -471,18 +464,24 @@ impl PartitionStream for ColdPartition {
     }
 }
 
+/// `column <op> literal` or `literal <op> column`, as `(column, op, literal)` with the
+/// operator turned to read column-first.
+fn column_comparison(expr: &Expr) -> Option<(&datafusion::common::Column, Operator, &ScalarValue)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+        return None;
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) => Some((c, *op, v)),
+        (Expr::Literal(v, _), Expr::Column(c)) => Some((c, op.swap()?, v)),
+        _ => None,
+    }
+}
+
 /// `column <op> literal` (either way round) as a filter the cold scan can prune with.
 /// Anything else, including comparisons with computed expressions (such as a masked
 /// column above the secure view), is not pushed.
 fn cold_filter(expr: &Expr) -> Option<ColdFilter> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
-        return None;
-    };
-    let (column, op, literal) = match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), Expr::Literal(v, _)) => (c, *op, v),
-        (Expr::Literal(v, _), Expr::Column(c)) => (c, op.swap()?, v),
-        _ => return None,
-    };
+    let (column, op, literal) = column_comparison(expr)?;
     let op = match op {
         Operator::Eq => CmpOp::Eq,
         Operator::NotEq => CmpOp::NotEq,

@@ -206,3 +206,82 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     assert!(!audit.to_string().contains("case-4711"));
     server.terminate();
 }
+
+/// The race: a deletion accepted while a tiering cycle has read the subject's rows but
+/// not committed them. The rows land in the cold tier, and no read ever shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_env(
+        dir.path(),
+        free_addr(),
+        free_addr(),
+        &[
+            ("FAILPOINTS", "tier-before-commit=sleep(3000)"),
+            FAST_TICK[0],
+        ],
+    );
+    let token = server.token("alice", &["analyst"]);
+    assert_eq!(
+        create_table(&server, &token, crate::tiering::short_lived_events())
+            .await
+            .status(),
+        201
+    );
+    let mut client = server.client().await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(0..100)],
+    )
+    .await
+    .unwrap();
+
+    // The forced cycle writes its files, then waits 3 s before committing.
+    let url = server.http_url("/v1/tables/app.events/tier");
+    let cycle = tokio::spawn({
+        let token = token.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    let warehouse = crate::tiering::Warehouse::Local(dir.path().join("warehouse/app/events"));
+    let start = std::time::Instant::now();
+    while warehouse.count(".parquet").await == 0 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(30));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, record) = http_json(
+        &server,
+        Method::POST,
+        "/v1/deletions",
+        &token,
+        Some(
+            serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+            "subject": "case-race"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 202, "{record}");
+
+    // Read again and again through the rest of the cycle and after its commit.
+    let kept: Vec<i64> = (0..100).filter(|i| i % 5 != 3).collect();
+    let mut reads = 0;
+    while !cycle.is_finished() {
+        assert_eq!(all_ids(&server, &token).await, kept);
+        reads += 1;
+    }
+    assert_eq!(cycle.await.unwrap(), 200);
+    assert!(reads > 1, "the cycle did not overlap the reads");
+    assert_eq!(all_ids(&server, &token).await, kept);
+    // The cycle did commit the rows it had read: only the suppression hides them.
+    assert!(!cold_c3_ids(dir.path()).await.is_empty());
+    server.terminate();
+}
