@@ -1,14 +1,18 @@
 //! Compliance deletion requests (`POST /v1/deletions`): validation, the durable request
-//! record, and the suppression filter that hides matching rows from every read of
-//! either tier and from tiering, from the instant a request is accepted.
+//! record, the suppression filter, and the steps that remove the rows.
 //!
-//! A request moves `accepted → hot_applied → cold_applied → purged → verified`. This
-//! version builds `accepted`: the request is validated, written durably under
-//! `<data-dir>/deletions/<id>.json`, audited, and from then on its predicate suppresses
-//! matching rows in scans (both tiers), changelogs, lookups and tiering cycles, also
-//! after a restart. The later states (rewriting segments and files, expiry, purge,
-//! verification) are not built yet, so a request stays `accepted` and keeps its rows
-//! hidden rather than removed.
+//! A request moves `accepted → hot_applied → cold_applied → purged → verified`. Built:
+//! - `accepted`: the request is validated, written durably under
+//!   `<data-dir>/deletions/<id>.json` and audited; from then on its predicate suppresses
+//!   matching rows in scans (both tiers), changelogs, lookups and tiering cycles, also
+//!   after a restart.
+//! - `hot_applied` (a background driver, [`spawn_driver`]): log tables have the matching
+//!   rows rewritten out of their segments, other rows keeping their offsets; primary-key
+//!   tables have the matching keys deleted (`-D`), their changelog records erased and
+//!   RocksDB compacted. Durable and audited.
+//!
+//! Not built: `cold_applied`, `purged`, `verified`. A request stops at `hot_applied` with
+//! its rows still suppressed (they remain in the cold tier).
 //!
 //! What is stored: the request's `subject` only as an HMAC (the hash key of write rules);
 //! the predicate in clear, because resuming after a crash needs it. It lives outside
@@ -100,6 +104,22 @@ pub struct DeletionRecord {
     pub overdue: bool,
     /// What is not done yet, in words.
     pub pending: Option<String>,
+    /// What was done so far.
+    #[serde(default)]
+    pub receipt: DeletionReceipt,
+}
+
+/// The receipt: what each step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionReceipt {
+    /// Hot rows deleted by rewriting segments (log rows and changelog records).
+    pub hot_rows_deleted: u64,
+    pub hot_segments_rewritten: usize,
+    /// Size of the rewritten segments before the rewrite.
+    pub hot_bytes_rewritten: u64,
+    /// Primary keys deleted (each with a `-D` record, then erased from the changelog).
+    pub keys_erased: u64,
+    pub hot_millis: u64,
 }
 
 impl DeletionRecord {
@@ -303,6 +323,21 @@ impl Suppression {
             .ok_or_else(|| "the suppression filter is not boolean".to_owned())
     }
 
+    /// The suppression of one target's predicate.
+    pub fn of_target(target: &DeletionTarget, def: &TableDef) -> Result<Self> {
+        let expr = parse_predicate(&target.predicate, def.stored_schema())
+            .map_err(|e| GatewayError::Internal(format!("predicate on {}: {e}", target.table)))?;
+        Ok(Self {
+            predicates: vec![expr],
+        })
+    }
+
+    /// Which rows of `batch` the predicates match (true only where one is true).
+    pub fn matches(&self, batch: &RecordBatch) -> std::result::Result<BooleanArray, String> {
+        let keep = self.keep(batch)?;
+        Ok(keep.iter().map(|k| k.map(|k| !k)).collect())
+    }
+
     /// `batch` without the suppressed rows.
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let keep = self
@@ -421,10 +456,9 @@ impl Deletions {
                 at: now_rfc3339(),
             }],
             pending: Some(
-                "rows are hidden from every read and from tiering; rewriting the hot \
-                 segments and cold files, expiry, purge and verification are not built yet"
-                    .into(),
+                "rows are hidden from every read and from tiering; the hot tier is next".into(),
             ),
+            receipt: DeletionReceipt::default(),
         };
         let json = serde_json::to_vec_pretty(&record)
             .map_err(|e| GatewayError::Internal(format!("deletion record: {e}")))?;
@@ -447,6 +481,44 @@ impl Deletions {
             .cloned()?;
         record.overdue = record.is_overdue(chrono::Utc::now());
         Some(record)
+    }
+
+    /// The ids of the requests in `state`.
+    pub fn ids_in(&self, state: DeletionState) -> Vec<String> {
+        self.records
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|r| r.state == state)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    /// Moves request `id` to `state`, durably, with its receipt and what is pending.
+    pub fn advance(
+        &self,
+        id: &str,
+        state: DeletionState,
+        receipt: DeletionReceipt,
+        pending: Option<String>,
+    ) -> Result<DeletionRecord> {
+        let mut records = self.records.write().unwrap_or_else(|p| p.into_inner());
+        let record = records.get_mut(id).ok_or_else(|| {
+            GatewayError::NotFound(format!("deletion request {id} does not exist"))
+        })?;
+        let mut next = record.clone();
+        next.state = state;
+        next.receipt = receipt;
+        next.pending = pending;
+        next.history.push(StateChange {
+            state,
+            at: now_rfc3339(),
+        });
+        let json = serde_json::to_vec_pretty(&next)
+            .map_err(|e| GatewayError::Internal(format!("deletion record: {e}")))?;
+        write_file_durable(&self.dir.join(format!("{id}.json")), &json)?;
+        *record = next.clone();
+        Ok(next)
     }
 
     /// Requests by state, and how many of them are overdue, for `/metrics`.
@@ -485,6 +557,130 @@ impl hotgate_tiering::RowSuppression for Deletions {
             None => Ok(None),
         }
     }
+}
+
+/// Runs the steps of pending requests in the background, about twice a second, until
+/// `stop`. A step that fails is logged and retried on the next round; each completed
+/// step is durable and audited before the next begins, so a crash resumes where it was.
+pub fn spawn_driver(
+    state: Arc<crate::state::GatewayState>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            for id in state.deletions.ids_in(DeletionState::Accepted) {
+                if let Err(e) = apply_hot(&state, &id).await {
+                    tracing::warn!(%id, "deletion step hot_applied failed; retrying: {e}");
+                }
+            }
+        }
+    });
+}
+
+/// `accepted → hot_applied`: log tables have the matching rows rewritten out of their
+/// segments; primary-key tables have the keys of the matching current rows deleted
+/// (`-D`), their changelog records erased and RocksDB compacted.
+async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    let Some(record) = state.deletions.get(id) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let mut receipt = record.receipt.clone();
+    for target in &record.targets {
+        let name = TableName::parse(&target.table)?;
+        let Ok(hot) = state.store.table(&name) else {
+            continue;
+        };
+        let def = hot.def();
+        let suppression = Suppression::of_target(target, &def)?;
+        if hot.is_primary_key() {
+            let keys = matching_keys(&hot, &suppression).await?;
+            if keys.num_rows() > 0 {
+                let (deleted, rewrite) = hot.erase_keys(&keys).await?;
+                receipt.keys_erased += deleted.changes;
+                receipt.hot_rows_deleted += rewrite.rows_deleted;
+                receipt.hot_segments_rewritten += rewrite.segments_rewritten;
+                receipt.hot_bytes_rewritten += rewrite.bytes_rewritten;
+            }
+        } else {
+            let rewrite = hot
+                .delete_rows(&|batch| {
+                    suppression
+                        .matches(batch)
+                        .map_err(hotgate_store::StoreError::InvalidRequest)
+                })
+                .await?;
+            receipt.hot_rows_deleted += rewrite.rows_deleted;
+            receipt.hot_segments_rewritten += rewrite.segments_rewritten;
+            receipt.hot_bytes_rewritten += rewrite.bytes_rewritten;
+        }
+    }
+    receipt.hot_millis = started.elapsed().as_millis() as u64;
+    let record = state.deletions.advance(
+        id,
+        DeletionState::HotApplied,
+        receipt,
+        Some(
+            "the hot tier no longer holds the rows; the cold copy-on-write, expiry, purge \
+             and verification are not built yet, so the rows stay suppressed"
+                .into(),
+        ),
+    )?;
+    for target in &record.targets {
+        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_hot_applied");
+        if let Ok(name) = TableName::parse(&target.table) {
+            step.set_table(&name);
+        }
+        step.set_tiers(crate::planner::Tiers::Hot);
+        step.set_rows(record.receipt.hot_rows_deleted);
+        step.set_reason(format!(
+            "deletion request {}: {} hot rows deleted, {} segments rewritten, {} keys erased",
+            record.id,
+            record.receipt.hot_rows_deleted,
+            record.receipt.hot_segments_rewritten,
+            record.receipt.keys_erased
+        ));
+        step.allow_once().await?;
+    }
+    Ok(())
+}
+
+/// The key columns of a primary-key table's current rows that `suppression` matches.
+async fn matching_keys(
+    hot: &Arc<hotgate_store::HotTable>,
+    suppression: &Suppression,
+) -> Result<RecordBatch> {
+    let key_columns = hot.key_columns();
+    let mut rows = hot.read_state(None, None, None, 8192)?;
+    let mut found = Vec::new();
+    while let Some(item) = rows.recv().await {
+        let (_, batch) = item?;
+        let hit = suppression
+            .matches(&batch)
+            .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?;
+        let matched = arrow_select::filter::filter_record_batch(&batch, &hit)?;
+        let indices = key_columns
+            .iter()
+            .map(|k| matched.schema().index_of(k))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        found.push(matched.project(&indices)?);
+    }
+    let def = hot.def();
+    let schema = Arc::new(
+        def.stored_schema().project(
+            &key_columns
+                .iter()
+                .map(|k| def.stored_schema().index_of(k))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        )?,
+    );
+    Ok(arrow_select::concat::concat_batches(&schema, &found)?)
 }
 
 #[cfg(test)]

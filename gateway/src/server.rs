@@ -178,6 +178,7 @@ pub async fn run(
         shutdown: stop_rx.clone(),
     });
 
+    crate::deletion::spawn_driver(Arc::clone(&state), stop_rx.clone());
     if config.tiering.scheduler {
         crate::scheduler::spawn_tiering(
             Arc::clone(&state),

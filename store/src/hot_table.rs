@@ -649,6 +649,52 @@ impl HotTable {
         Ok(report)
     }
 
+    /// Deletes, from every log of the table, the rows `delete` marks (true: delete),
+    /// rewriting only the segments that hold one. Every other row keeps its offset; a
+    /// deleted row's slot holds blanks that reads skip. `delete` sees whole rows in the
+    /// log schema (a primary-key changelog's include `_change`).
+    pub async fn delete_rows(
+        &self,
+        delete: &(dyn Fn(&RecordBatch) -> Result<arrow_array::BooleanArray> + Sync),
+    ) -> Result<crate::log::RewriteReport> {
+        let schema = self.log_schema();
+        let trailing = usize::from(self.is_primary_key());
+        let mut total = crate::log::RewriteReport::default();
+        for log in self.logs() {
+            let r = log.delete_rows(&schema, trailing, delete).await?;
+            total.segments_rewritten += r.segments_rewritten;
+            total.rows_deleted += r.rows_deleted;
+            total.bytes_rewritten += r.bytes_rewritten;
+        }
+        Ok(total)
+    }
+
+    /// Erases the keys in `keys` (a batch holding the key columns) from a primary-key
+    /// table: deletes them with `-D` records, then removes every changelog record of
+    /// those keys (their whole history, the `-D` included) by rewrite, then compacts
+    /// RocksDB so their old values leave the SST files. Replaying the changelog after
+    /// this yields the same state: the keys never appear.
+    pub async fn erase_keys(
+        &self,
+        keys: &RecordBatch,
+    ) -> Result<(ChangeResult, crate::log::RewriteReport)> {
+        let pk = self.pk()?;
+        let deleted = self.write_changes(keys, ChangeOp::Delete).await?;
+        let input = key_columns(&self.def(), keys, "erase")?;
+        let (_, encoded) = self.keys_of(pk, &input)?;
+        let doomed: std::collections::HashSet<Vec<u8>> = encoded.into_iter().collect();
+        let rewrite = self
+            .delete_rows(&|batch| {
+                let (_, found) = self.keys_of(pk, batch)?;
+                Ok(arrow_array::BooleanArray::from_iter(
+                    found.iter().map(|k| Some(doomed.contains(k))),
+                ))
+            })
+            .await?;
+        pk.compact()?;
+        Ok((deleted, rewrite))
+    }
+
     /// Stops every log's writer after its queued appends are durable.
     pub(crate) async fn close(&self) {
         for log in self.logs() {

@@ -20,6 +20,7 @@ pub mod inspect;
 mod log;
 mod metrics;
 pub mod pk;
+mod rewrite;
 mod scan;
 mod segment;
 mod store;
@@ -34,7 +35,7 @@ pub use hot_table::{
     StateSnapshot, StateStream,
 };
 pub use inspect::{InspectedFrame, inspect_table};
-pub use log::{Clock, Log, LogOptions, Pending};
+pub use log::{Clock, Log, LogOptions, Pending, RewriteReport};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use pk::{CHANGE_COLUMN, ChangeOp};
 pub use scan::{

@@ -74,7 +74,7 @@ impl Default for LogOptions {
 }
 
 /// A segment as readers see it: its durable frames and their bounds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct SegmentEntry {
     pub base_offset: u64,
     pub path: PathBuf,
@@ -84,6 +84,8 @@ pub(crate) struct SegmentEntry {
     pub max_commit_ts: i64,
     pub min_event_ts: i64,
     pub max_event_ts: i64,
+    /// Offsets deleted by a rewrite (sorted): their rows are blanks that reads skip.
+    pub deleted: Arc<Vec<u64>>,
 }
 
 impl SegmentEntry {
@@ -97,6 +99,7 @@ impl SegmentEntry {
             max_commit_ts: i64::MIN,
             min_event_ts: i64::MAX,
             max_event_ts: i64::MIN,
+            deleted: Arc::default(),
         }
     }
 
@@ -123,6 +126,8 @@ pub(crate) struct PlannedFrame {
     pub file: Arc<File>,
     pub meta: FrameMeta,
     pub rows: Range<u64>,
+    /// The segment's deleted offsets, which the read skips.
+    pub deleted: Arc<Vec<u64>>,
 }
 
 enum WriterMsg {
@@ -156,6 +161,9 @@ pub struct Log {
     end: watch::Sender<u64>,
     tx: Mutex<Option<mpsc::Sender<WriterMsg>>>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Held by a row-deleting rewrite and by retention: they both replace or remove
+    /// sealed segments.
+    rewriting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for WriterMsg {
@@ -265,6 +273,7 @@ impl Log {
             for f in scanned.frames {
                 entry.push(f);
             }
+            entry.deleted = Arc::new(crate::rewrite::read_deleted(&path)?);
             entry.size = scanned.valid_len;
             if last {
                 active = Some(ActiveSegment {
@@ -300,6 +309,7 @@ impl Log {
             end,
             tx: Mutex::new(Some(tx)),
             task: Mutex::new(None),
+            rewriting: tokio::sync::Mutex::new(()),
         });
         let task = tokio::spawn(writer_loop(
             Arc::clone(&log),
@@ -418,6 +428,7 @@ impl Log {
                     file: Arc::clone(&seg.file),
                     meta: *f,
                     rows: f.base_offset.max(rows.start)..f.end_offset().min(rows.end),
+                    deleted: Arc::clone(&seg.deleted),
                 });
             }
         }
@@ -432,6 +443,8 @@ impl Log {
         cutoff_commit_ts: i64,
         watermark: Option<u64>,
     ) -> Result<(usize, u64)> {
+        // Not while a rewrite runs: it would bring a deleted segment back by renaming.
+        let _no_rewrite = self.rewriting.lock().await;
         let qualifies = |s: &SegmentEntry| {
             s.max_commit_ts < cutoff_commit_ts && watermark.is_none_or(|w| s.end_offset() <= w)
         };
@@ -459,11 +472,152 @@ impl Log {
         for seg in &removed {
             bytes += seg.size;
             fs::remove_file(&seg.path).map_err(|e| StoreError::io(&seg.path, e))?;
+            let sidecar = crate::rewrite::sidecar_path(&seg.path);
+            match fs::remove_file(&sidecar) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(&sidecar, e)),
+            }
         }
         if !removed.is_empty() {
             sync_dir(&self.dir)?;
         }
         Ok((removed.len(), bytes))
+    }
+}
+
+/// What a row-deleting rewrite did to one log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RewriteReport {
+    pub segments_rewritten: usize,
+    pub rows_deleted: u64,
+    /// Size of the segments rewritten, before.
+    pub bytes_rewritten: u64,
+}
+
+impl Log {
+    /// Deletes the rows `delete` marks from every segment of the log, keeping every other
+    /// row's offset (see the `rewrite` module). The active segment is rolled first, so
+    /// only sealed segments are rewritten. `schema` is the table's log schema, whose last
+    /// `trailing` columns end every frame; `delete` gets each frame's rows in it and
+    /// returns true for rows to delete.
+    pub(crate) async fn delete_rows(
+        &self,
+        schema: &arrow_schema::SchemaRef,
+        trailing: usize,
+        delete: &(dyn Fn(&arrow_array::RecordBatch) -> Result<arrow_array::BooleanArray> + Sync),
+    ) -> Result<RewriteReport> {
+        let _one = self.rewriting.lock().await;
+        let roll = read(&self.segments)
+            .last()
+            .is_some_and(|s| !s.frames.is_empty());
+        if roll {
+            let (ack, done) = oneshot::channel();
+            self.send(WriterMsg::Roll(ack)).await?;
+            done.await.map_err(|_| self.closed())??;
+        }
+        let sealed: Vec<SegmentEntry> = {
+            let segments = read(&self.segments);
+            segments[..segments.len().saturating_sub(1)]
+                .iter()
+                .filter(|s| !s.frames.is_empty())
+                .cloned()
+                .collect()
+        };
+        let mut report = RewriteReport::default();
+        for SegmentEntry {
+            base_offset: base,
+            path,
+            file,
+            frames,
+            deleted,
+            size,
+            ..
+        } in sealed
+        {
+            let all: Vec<usize> = (0..schema.fields().len()).collect();
+            let mut out: Vec<u8> = Vec::with_capacity(size as usize);
+            let mut newly: Vec<u64> = Vec::new();
+            for meta in &frames {
+                let batch = crate::segment::read_frame(&file, &path, meta, schema, &all, trailing)?;
+                let marked = delete(&batch)?;
+                let mut keep = Vec::with_capacity(batch.num_rows());
+                let mut changed = false;
+                for (i, m) in marked.iter().enumerate() {
+                    let offset = meta.base_offset + i as u64;
+                    let gone = m == Some(true) && deleted.binary_search(&offset).is_err();
+                    if gone {
+                        newly.push(offset);
+                        changed = true;
+                    }
+                    keep.push(!gone);
+                }
+                if !changed {
+                    let start = out.len();
+                    out.resize(start + meta.frame_len() as usize, 0);
+                    file.read_exact_at(&mut out[start..], meta.position)
+                        .map_err(|e| StoreError::io(&path, e))?;
+                    continue;
+                }
+                // Re-encode with the frame's own columns, its header fields unchanged.
+                let column_count = meta.column_count as usize;
+                let kept = column_count - trailing;
+                let first_trailing = schema.fields().len() - trailing;
+                let own: Vec<usize> = (0..kept)
+                    .chain(first_trailing..schema.fields().len())
+                    .collect();
+                let blanked = crate::rewrite::blank_rows(
+                    &batch.project(&own)?,
+                    &arrow_array::BooleanArray::from(keep),
+                )?;
+                let frame = EncodedFrame::encode(&blanked, meta.min_event_ts, meta.max_event_ts)?;
+                frame.write_to(&mut out, meta.base_offset, meta.commit_ts);
+            }
+            if newly.is_empty() {
+                continue;
+            }
+            // New bytes first, then the sidecar, then the swap: a crash in between
+            // leaves the old segment (rewritten again on retry) with a sidecar that
+            // already hides the rows.
+            let tmp = path.with_extension("log.rewrite");
+            {
+                let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+                std::io::Write::write_all(&mut f, &out)
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| StoreError::io(&tmp, e))?;
+            }
+            let mut all_deleted: Vec<u64> = deleted
+                .iter()
+                .copied()
+                .chain(newly.iter().copied())
+                .collect();
+            all_deleted.sort_unstable();
+            all_deleted.dedup();
+            crate::rewrite::write_deleted(&path, &all_deleted)?;
+            fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
+            sync_dir(&self.dir)?;
+            let (_, reader) = open_segment_files(&path, false)?;
+            let scanned = scan_segment(&reader, &path, base, true)?;
+            if let Some(problem) = scanned.tail_problem {
+                return Err(StoreError::corrupt(
+                    &path,
+                    format!("rewritten segment: {problem}"),
+                ));
+            }
+            let mut entry = SegmentEntry::new(base, path.clone(), reader);
+            for f in scanned.frames {
+                entry.push(f);
+            }
+            entry.deleted = Arc::new(all_deleted);
+            let mut segments = write(&self.segments);
+            if let Some(slot) = segments.iter_mut().find(|s| s.base_offset == base) {
+                *slot = entry;
+            }
+            report.segments_rewritten += 1;
+            report.rows_deleted += newly.len() as u64;
+            report.bytes_rewritten += size;
+        }
+        Ok(report)
     }
 }
 

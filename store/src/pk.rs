@@ -281,6 +281,15 @@ impl PkState {
         format!("{}/{bucket}", self.cf_name).into_bytes()
     }
 
+    /// Compacts the table's whole key range, so deleted values leave the SST files.
+    pub(crate) fn compact(&self) -> Result<()> {
+        let cf = self.db.cf(&self.cf_name)?;
+        self.db
+            .db
+            .compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
+        Ok(())
+    }
+
     /// The log offset the bucket's state reflects (rows `[0, applied)` are applied).
     pub fn applied(&self, bucket: u32) -> Result<u64> {
         let cf = self.db.cf(APPLIED_CF)?;

@@ -220,6 +220,8 @@ impl HotScan {
             batch = batch.slice(skip, take);
         }
         let mut meta_columns: Vec<ArrayRef> = Vec::new();
+        // Rows a rewrite deleted are blanks in their slots: skip them.
+        let keep = crate::rewrite::keep_mask(&planned.deleted, planned.rows.clone());
         if self.change_meta {
             let rows = planned.rows.clone();
             meta_columns.push(Arc::new(UInt32Array::from(vec![planned.log.bucket; take])));
@@ -229,6 +231,12 @@ impl HotScan {
             meta_columns.push(Arc::new(
                 TimestampMicrosecondArray::from(vec![meta.commit_ts; take]).with_timezone(UTC),
             ));
+        }
+        if let Some(keep) = &keep {
+            batch = arrow_select::filter::filter_record_batch(&batch, keep)?;
+            for c in &mut meta_columns {
+                *c = arrow_select::filter::filter(c, keep)?;
+            }
         }
         if !inside {
             let pos = projection

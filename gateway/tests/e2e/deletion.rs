@@ -69,6 +69,35 @@ async fn cold_c3_ids(dir: &std::path::Path) -> Vec<i64> {
     ids
 }
 
+/// Polls `GET /v1/deletions/{id}` until the request is in `state`.
+pub(crate) async fn wait_for_state(
+    server: &Server,
+    token: &str,
+    id: &str,
+    state: &str,
+) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let (status, shown) = http_json(
+            server,
+            Method::GET,
+            &format!("/v1/deletions/{id}"),
+            token,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{shown}");
+        if shown["state"] == state {
+            return shown;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "never reached {state}: {shown}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,7 +188,18 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     )
     .await;
     assert_eq!(status, 200);
-    assert_eq!(shown, record);
+    assert_eq!(shown["id"], record["id"]);
+    assert_eq!(shown["targets"], record["targets"]);
+
+    // The background step rewrites the hot segments: the request reaches hot_applied,
+    // with the rows it deleted on its receipt (c3 rows 200..260 at least).
+    let shown = wait_for_state(&server, &token, &id, "hot_applied").await;
+    assert!(
+        shown["receipt"]["hot_rows_deleted"].as_u64().unwrap() >= 12,
+        "{shown}"
+    );
+    assert!(shown["receipt"]["hot_segments_rewritten"].as_u64().unwrap() >= 1);
+    assert_eq!(all_ids(&server, &token).await, kept);
     let (status, _) = http_json(&server, Method::GET, "/v1/deletions/nope", &token, None).await;
     assert_eq!(status, 404);
 

@@ -106,7 +106,7 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let server = Self {
+        let mut server = Self {
             child,
             data_dir: data_dir.to_path_buf(),
             flight,
@@ -116,12 +116,15 @@ impl Server {
         server
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) {
         let start = Instant::now();
         while TcpStream::connect(self.flight).is_err() || TcpStream::connect(self.http).is_err() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("hotgate exited before listening: {status}");
+            }
             assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "hotgate did not start listening"
+                start.elapsed() < Duration::from_secs(120),
+                "hotgate did not start listening within 120 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1006,10 +1006,26 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     ids.sort_unstable();
     assert_eq!(ids, (5..20).collect::<Vec<_>>());
 
+    // The hot step deletes the five keys with -D and erases their changelog records.
+    let id = record["id"].as_str().unwrap();
+    let shown = crate::deletion::wait_for_state(&server, &token, id, "hot_applied").await;
+    assert_eq!(shown["receipt"]["keys_erased"], 5, "{shown}");
+    let batches = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+                           "changelog": {"from": "earliest", "follow": false}}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        ints(&batches, "id").iter().all(|i| *i >= 5),
+        "the changelog still has erased keys"
+    );
+
     // Past its time bound the request shows as overdue, in its status and in /metrics.
     assert_eq!(record["overdue"], false);
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let id = record["id"].as_str().unwrap();
     let (status, shown) = http_json(
         &server,
         reqwest::Method::GET,
@@ -1031,7 +1047,7 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("hotgate_deletion_requests{state=\"accepted\"} 1"),
+        metrics.contains("hotgate_deletion_requests{state=\"hot_applied\"} 1"),
         "{metrics}"
     );
     server.terminate();

@@ -2,6 +2,7 @@
 
 mod alignment;
 mod common;
+mod deletion;
 mod durability;
 mod inspect;
 mod primary_key;
