@@ -11,8 +11,11 @@
 //!   tables have the matching keys deleted (`-D`), their changelog records erased and
 //!   RocksDB compacted. Durable and audited.
 //!
-//! Not built: `cold_applied`, `purged`, `verified`. A request stops at `hot_applied` with
-//! its rows still suppressed (they remain in the cold tier).
+//! - `cold_applied`: each target's cold files holding a match are rewritten without it
+//!   (copy-on-write, one overwrite commit per table). Durable and audited.
+//!
+//! Not built: `purged`, `verified`. A request stops at `cold_applied` with its rows
+//! still suppressed (older snapshots and their files still reach them).
 //!
 //! What is stored: the request's `subject` only as an HMAC (the hash key of write rules);
 //! the predicate in clear, because resuming after a crash needs it. It lives outside
@@ -120,6 +123,16 @@ pub struct DeletionReceipt {
     /// Primary keys deleted (each with a `-D` record, then erased from the changelog).
     pub keys_erased: u64,
     pub hot_millis: u64,
+    /// Cold rows removed by the copy-on-write.
+    pub cold_rows_deleted: u64,
+    /// Cold data files replaced, and their size.
+    pub cold_files_rewritten: usize,
+    pub cold_bytes_rewritten: u64,
+    /// Size of the tables' live cold files before, to put the rewrite in proportion.
+    pub cold_bytes_total: u64,
+    /// Paths of the replaced cold files.
+    pub cold_files_removed: Vec<String>,
+    pub cold_millis: u64,
 }
 
 impl DeletionRecord {
@@ -579,6 +592,11 @@ pub fn spawn_driver(
                     tracing::warn!(%id, "deletion step hot_applied failed; retrying: {e}");
                 }
             }
+            for id in state.deletions.ids_in(DeletionState::HotApplied) {
+                if let Err(e) = apply_cold(&state, &id).await {
+                    tracing::warn!(%id, "deletion step cold_applied failed; retrying: {e}");
+                }
+            }
         }
     });
 }
@@ -626,11 +644,7 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
         id,
         DeletionState::HotApplied,
         receipt,
-        Some(
-            "the hot tier no longer holds the rows; the cold copy-on-write, expiry, purge \
-             and verification are not built yet, so the rows stay suppressed"
-                .into(),
-        ),
+        Some("the hot tier no longer holds the rows; the cold tier is next".into()),
     )?;
     for target in &record.targets {
         let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_hot_applied");
@@ -645,6 +659,68 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
             record.receipt.hot_rows_deleted,
             record.receipt.hot_segments_rewritten,
             record.receipt.keys_erased
+        ));
+        step.allow_once().await?;
+    }
+    Ok(())
+}
+
+/// `hot_applied → cold_applied`: each target's cold files that hold a match are
+/// rewritten without it (copy-on-write, one overwrite commit per table).
+async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    let Some(record) = state.deletions.get(id) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let mut receipt = record.receipt.clone();
+    for target in &record.targets {
+        let name = TableName::parse(&target.table)?;
+        let Ok(hot) = state.store.table(&name) else {
+            continue;
+        };
+        let def = hot.def();
+        if !def.tiering().enabled {
+            continue;
+        }
+        if !state.tierer.is_ready(&name) {
+            state.tierer.ensure_table(&def).await?;
+        }
+        let suppression = Suppression::of_target(target, &def)?;
+        let report = state
+            .tierer
+            .delete_matching(&def, &|batch| suppression.matches(batch))
+            .await?;
+        receipt.cold_rows_deleted += report.rows_deleted;
+        receipt.cold_files_rewritten += report.files_rewritten;
+        receipt.cold_bytes_rewritten += report.bytes_rewritten;
+        receipt.cold_bytes_total += report.bytes_total;
+        receipt.cold_files_removed.extend(report.removed);
+    }
+    receipt.cold_millis = started.elapsed().as_millis() as u64;
+    let record = state.deletions.advance(
+        id,
+        DeletionState::ColdApplied,
+        receipt,
+        Some(
+            "the current snapshots hold no matching row; expiring the older snapshots, \
+             the purge and verification are not built yet, so the rows stay suppressed"
+                .into(),
+        ),
+    )?;
+    for target in &record.targets {
+        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_cold_applied");
+        if let Ok(name) = TableName::parse(&target.table) {
+            step.set_table(&name);
+        }
+        step.set_tiers(crate::planner::Tiers::Cold);
+        step.set_rows(record.receipt.cold_rows_deleted);
+        step.set_reason(format!(
+            "deletion request {}: {} cold rows deleted, {} files ({} of {} bytes) rewritten",
+            record.id,
+            record.receipt.cold_rows_deleted,
+            record.receipt.cold_files_rewritten,
+            record.receipt.cold_bytes_rewritten,
+            record.receipt.cold_bytes_total
         ));
         step.allow_once().await?;
     }

@@ -136,7 +136,7 @@ fn current_offsets(table: &Table) -> Result<Option<String>> {
 }
 
 /// Decodes a whole Parquet file (compaction reads small files only).
-async fn read_parquet(bytes: Bytes) -> Result<Vec<arrow_array::RecordBatch>> {
+pub(crate) async fn read_parquet(bytes: Bytes) -> Result<Vec<arrow_array::RecordBatch>> {
     tokio::task::spawn_blocking(move || -> Result<Vec<arrow_array::RecordBatch>> {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .map_err(|e| TieringError::Internal(format!("cannot read a data file: {e}")))?

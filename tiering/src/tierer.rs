@@ -26,6 +26,7 @@ use crate::catalog::Catalog;
 use crate::cold_scan::ColdSnapshot;
 use crate::commit::{CommitRequest, commit, commit_schema};
 use crate::convert::{Converter, RowSuppression};
+use crate::cow::CowReport;
 use crate::error::{Result, TieringError};
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
@@ -294,6 +295,22 @@ impl Tierer {
         report.offsets = next.by_log_name();
         *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(committed_table);
         *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(report)
+    }
+
+    /// Rewrites the cold files of `def` that hold rows `matches` marks, without them
+    /// (copy-on-write, one overwrite commit), holding the table's lock.
+    pub async fn delete_matching(
+        &self,
+        def: &TableDef,
+        matches: crate::cow::RowMatcher<'_>,
+    ) -> Result<CowReport> {
+        let state = self.state(def.name());
+        let _busy = state.busy.lock().await;
+        let table = self.catalog.load(def.name()).await?;
+        let (table, report) =
+            crate::cow::delete_matching(&self.catalog, def, table, matches).await?;
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
         Ok(report)
     }
 

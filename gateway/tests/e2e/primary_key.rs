@@ -1047,7 +1047,7 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("hotgate_deletion_requests{state=\"hot_applied\"} 1"),
+        metrics.contains("hotgate_deletion_requests{state=\"accepted\"} 0"),
         "{metrics}"
     );
     server.terminate();
