@@ -15,7 +15,9 @@
 //!   (copy-on-write, one overwrite commit per table). Durable and audited.
 //!
 //! Not built: `purged`, `verified`. A request stops at `cold_applied` with its rows
-//! still suppressed (older snapshots and their files still reach them).
+//! still suppressed (older snapshots and their files still reach them). The purge must
+//! not delete files a running read of an older snapshot still needs: deleting them at
+//! once, as a first attempt did, broke such reads.
 //!
 //! What is stored: the request's `subject` only as an HMAC (the hash key of write rules);
 //! the predicate in clear, because resuming after a crash needs it. It lives outside

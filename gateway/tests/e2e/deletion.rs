@@ -218,6 +218,7 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     let rewritten = shown["receipt"]["cold_bytes_rewritten"].as_u64().unwrap();
     assert!(rewritten > 0 && rewritten <= shown["receipt"]["cold_bytes_total"].as_u64().unwrap());
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
+
     put(
         &mut client,
         &token,
