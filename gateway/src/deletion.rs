@@ -137,6 +137,14 @@ pub struct DeletionReceipt {
     pub cold_millis: u64,
 }
 
+impl DeletionReceipt {
+    fn add_hot(&mut self, rewrite: &hotgate_store::RewriteReport) {
+        self.hot_rows_deleted += rewrite.rows_deleted;
+        self.hot_segments_rewritten += rewrite.segments_rewritten;
+        self.hot_bytes_rewritten += rewrite.bytes_rewritten;
+    }
+}
+
 impl DeletionRecord {
     fn is_overdue(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
         self.state != DeletionState::Verified
@@ -624,9 +632,7 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
             if keys.num_rows() > 0 {
                 let (deleted, rewrite) = hot.erase_keys(&keys).await?;
                 receipt.keys_erased += deleted.changes;
-                receipt.hot_rows_deleted += rewrite.rows_deleted;
-                receipt.hot_segments_rewritten += rewrite.segments_rewritten;
-                receipt.hot_bytes_rewritten += rewrite.bytes_rewritten;
+                receipt.add_hot(&rewrite);
             }
         } else {
             let rewrite = hot
@@ -636,9 +642,7 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
                         .map_err(hotgate_store::StoreError::InvalidRequest)
                 })
                 .await?;
-            receipt.hot_rows_deleted += rewrite.rows_deleted;
-            receipt.hot_segments_rewritten += rewrite.segments_rewritten;
-            receipt.hot_bytes_rewritten += rewrite.bytes_rewritten;
+            receipt.add_hot(&rewrite);
         }
     }
     receipt.hot_millis = started.elapsed().as_millis() as u64;
@@ -648,22 +652,22 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
         receipt,
         Some("the hot tier no longer holds the rows; the cold tier is next".into()),
     )?;
-    for target in &record.targets {
-        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_hot_applied");
-        if let Ok(name) = TableName::parse(&target.table) {
-            step.set_table(&name);
-        }
-        step.set_tiers(crate::planner::Tiers::Hot);
-        step.set_rows(record.receipt.hot_rows_deleted);
-        step.set_reason(format!(
-            "deletion request {}: {} hot rows deleted, {} segments rewritten, {} keys erased",
-            record.id,
-            record.receipt.hot_rows_deleted,
-            record.receipt.hot_segments_rewritten,
-            record.receipt.keys_erased
-        ));
-        step.allow_once().await?;
-    }
+    let reason = format!(
+        "deletion request {}: {} hot rows deleted, {} segments rewritten, {} keys erased",
+        record.id,
+        record.receipt.hot_rows_deleted,
+        record.receipt.hot_segments_rewritten,
+        record.receipt.keys_erased
+    );
+    audit_step(
+        state,
+        &record,
+        "deletion_hot_applied",
+        Some(crate::planner::Tiers::Hot),
+        Some(record.receipt.hot_rows_deleted),
+        reason,
+    )
+    .await?;
     Ok(())
 }
 
@@ -709,22 +713,46 @@ async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> 
                 .into(),
         ),
     )?;
+    let reason = format!(
+        "deletion request {}: {} cold rows deleted, {} files ({} of {} bytes) rewritten",
+        record.id,
+        record.receipt.cold_rows_deleted,
+        record.receipt.cold_files_rewritten,
+        record.receipt.cold_bytes_rewritten,
+        record.receipt.cold_bytes_total
+    );
+    audit_step(
+        state,
+        &record,
+        "deletion_cold_applied",
+        Some(crate::planner::Tiers::Cold),
+        Some(record.receipt.cold_rows_deleted),
+        reason,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Audits a state change of `record`: one record per target table.
+pub(crate) async fn audit_step(
+    state: &crate::state::GatewayState,
+    record: &DeletionRecord,
+    action: &str,
+    tiers: Option<crate::planner::Tiers>,
+    rows: Option<u64>,
+    reason: String,
+) -> Result<()> {
     for target in &record.targets {
-        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_cold_applied");
-        if let Ok(name) = TableName::parse(&target.table) {
-            step.set_table(&name);
-        }
-        step.set_tiers(crate::planner::Tiers::Cold);
-        step.set_rows(record.receipt.cold_rows_deleted);
-        step.set_reason(format!(
-            "deletion request {}: {} cold rows deleted, {} files ({} of {} bytes) rewritten",
-            record.id,
-            record.receipt.cold_rows_deleted,
-            record.receipt.cold_files_rewritten,
-            record.receipt.cold_bytes_rewritten,
-            record.receipt.cold_bytes_total
-        ));
-        step.allow_once().await?;
+        let table = TableName::parse(&target.table)?;
+        crate::audit::CallAudit::record_system(
+            &state.audit,
+            action,
+            &table,
+            tiers,
+            rows,
+            reason.clone(),
+        )
+        .await?;
     }
     Ok(())
 }

@@ -481,17 +481,18 @@ async fn create_deletion(
         principal.name.clone(),
         &defs,
     )?;
-    for target in &record.targets {
-        let mut step = crate::audit::CallAudit::system(&state.audit, "deletion_accepted");
-        if let Ok(name) = TableName::parse(&target.table) {
-            step.set_table(&name);
-        }
-        step.set_reason(format!(
+    crate::deletion::audit_step(
+        &state,
+        &record,
+        "deletion_accepted",
+        None,
+        None,
+        format!(
             "deletion request {} accepted; its rows are suppressed",
             record.id
-        ));
-        step.allow_once().await?;
-    }
+        ),
+    )
+    .await?;
     tracing::info!(id = %record.id, principal = %principal.name, "deletion request accepted");
     Ok((StatusCode::ACCEPTED, Json(record)))
 }

@@ -103,14 +103,9 @@ async fn audit_retention(
     rows: Option<u64>,
     reason: String,
 ) {
-    let mut audit = CallAudit::system(&state.audit, action);
-    audit.set_table(table);
-    audit.set_tiers(tiers);
-    if let Some(rows) = rows {
-        audit.set_rows(rows);
-    }
-    audit.set_reason(reason);
-    if let Err(e) = audit.allow_once().await {
+    let recorded =
+        CallAudit::record_system(&state.audit, action, table, Some(tiers), rows, reason).await;
+    if let Err(e) = recorded {
         tracing::error!(%table, "{action} ran but could not be audited: {e}");
     }
 }

@@ -661,10 +661,7 @@ impl HotTable {
         let trailing = usize::from(self.is_primary_key());
         let mut total = crate::log::RewriteReport::default();
         for log in self.logs() {
-            let r = log.delete_rows(&schema, trailing, delete).await?;
-            total.segments_rewritten += r.segments_rewritten;
-            total.rows_deleted += r.rows_deleted;
-            total.bytes_rewritten += r.bytes_rewritten;
+            total += log.delete_rows(&schema, trailing, delete).await?;
         }
         Ok(total)
     }

@@ -495,6 +495,14 @@ pub struct RewriteReport {
     pub bytes_rewritten: u64,
 }
 
+impl std::ops::AddAssign for RewriteReport {
+    fn add_assign(&mut self, other: Self) {
+        self.segments_rewritten += other.segments_rewritten;
+        self.rows_deleted += other.rows_deleted;
+        self.bytes_rewritten += other.bytes_rewritten;
+    }
+}
+
 impl Log {
     /// Deletes the rows `delete` marks from every segment of the log, keeping every other
     /// row's offset (see the `rewrite` module). The active segment is rolled first, so

@@ -86,6 +86,29 @@ impl CallAudit {
         }
     }
 
+    /// Durably records an action hotgate took on its own on `table` (retention, a
+    /// deletion step): allowed, with the tiers it touched, the rows it affected and what
+    /// it did in words (no data values).
+    pub async fn record_system(
+        log: &Arc<AuditLog>,
+        action: &str,
+        table: &TableName,
+        tiers: Option<crate::planner::Tiers>,
+        rows: Option<u64>,
+        reason: String,
+    ) -> Result<()> {
+        let mut audit = Self::system(log, action);
+        audit.set_table(table);
+        if let Some(tiers) = tiers {
+            audit.set_tiers(tiers);
+        }
+        if let Some(rows) = rows {
+            audit.set_rows(rows);
+        }
+        audit.set_reason(reason);
+        audit.allow_once().await
+    }
+
     /// What a system action did, in words (no data values).
     pub fn set_reason(&mut self, reason: String) {
         self.record.reason = Some(reason);

@@ -286,21 +286,7 @@ async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
     .unwrap();
 
     // The forced cycle writes its files, then waits 3 s before committing.
-    let url = server.http_url("/v1/tables/app.events/tier");
-    let cycle = tokio::spawn({
-        let token = token.clone();
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        }
-    });
+    let cycle = crate::tiering::spawn_forced_tier(&server, &token);
     let warehouse = crate::tiering::Warehouse::Local(dir.path().join("warehouse/app/events"));
     let start = std::time::Instant::now();
     while warehouse.count(".parquet").await == 0 {
@@ -327,7 +313,7 @@ async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
         assert_eq!(all_ids(&server, &token).await, kept);
         reads += 1;
     }
-    let report = cycle.await.unwrap();
+    let report: serde_json::Value = cycle.await.unwrap().unwrap().json().await.unwrap();
     assert!(reads > 1, "the cycle did not overlap the reads");
     // The cycle committed every row it had read, the subject's included.
     assert_eq!(report["records"], 100, "{report}");

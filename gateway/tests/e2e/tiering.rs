@@ -265,6 +265,18 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     server.terminate();
 }
 
+/// `POST /v1/tables/app.events/tier` in the background, for a cycle that stops in a
+/// fail point while the test acts.
+pub(crate) fn spawn_forced_tier(
+    server: &Server,
+    token: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let request = reqwest::Client::new()
+        .post(server.http_url("/v1/tables/app.events/tier"))
+        .bearer_auth(token);
+    tokio::spawn(request.send())
+}
+
 /// Where a test's Iceberg table lives, to count its files there.
 pub(crate) enum Warehouse {
     /// The table's directory in a local warehouse.
@@ -355,17 +367,7 @@ pub(crate) async fn killed_during_tiering(point: &str, deployment: &Deployment) 
     .unwrap();
 
     // The forced cycle hangs in the fail point; kill -9 the server meanwhile.
-    let url = server.http_url("/v1/tables/app.events/tier");
-    let call = tokio::spawn({
-        let token = token.clone();
-        async move {
-            reqwest::Client::new()
-                .post(url)
-                .bearer_auth(token)
-                .send()
-                .await
-        }
-    });
+    let call = spawn_forced_tier(&server, &token);
     let warehouse = &deployment.warehouse;
     let start = Instant::now();
     let marker = if point == "tier-before-commit" {
