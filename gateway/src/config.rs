@@ -79,6 +79,7 @@ impl TieringConfig {
             snapshot_retention: self.snapshot_retention,
             retain_last: 1,
             purge_min_age: self.purge_min_age,
+            ..hotgate_tiering::MaintenanceOptions::default()
         }
     }
 }

@@ -78,8 +78,12 @@ impl DeletionState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletionTarget {
     pub table: String,
-    /// A SQL boolean expression over the table's columns.
+    /// A SQL boolean expression over the table's columns. It holds the subject's
+    /// values, so it is erased once the request is verified (`predicate_hmac` stays).
     pub predicate: String,
+    /// HMAC-SHA256 (hex) of the predicate, set when the predicate is erased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicate_hmac: Option<String>,
 }
 
 /// A state change, for the status and the receipt.
@@ -116,6 +120,7 @@ pub struct DeletionRecord {
 
 /// The receipt: what each step did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeletionReceipt {
     /// Hot rows deleted by rewriting segments (log rows and changelog records).
     pub hot_rows_deleted: u64,
@@ -127,6 +132,8 @@ pub struct DeletionReceipt {
     pub hot_millis: u64,
     /// Cold rows removed by the copy-on-write.
     pub cold_rows_deleted: u64,
+    /// Cold data files read (pruning could not rule them out).
+    pub cold_files_read: usize,
     /// Cold data files replaced, and their size.
     pub cold_files_rewritten: usize,
     pub cold_bytes_rewritten: u64,
@@ -135,6 +142,25 @@ pub struct DeletionReceipt {
     /// Paths of the replaced cold files.
     pub cold_files_removed: Vec<String>,
     pub cold_millis: u64,
+    /// Tags and branches removed because they pinned older snapshots (`table:ref`).
+    pub refs_removed: Vec<String>,
+    /// Snapshots expired by the purge, whatever the snapshot retention said.
+    pub snapshots_expired: usize,
+    /// Files the purge deleted from the tables' locations (the replaced data files,
+    /// old manifests, manifest lists and metadata files), and their size.
+    pub cold_files_deleted: usize,
+    pub cold_bytes_deleted: u64,
+    pub purge_millis: u64,
+    /// The proof: rows of each tier scanned and found free of matches...
+    pub verify_hot_rows_scanned: u64,
+    pub verify_cold_rows_scanned: u64,
+    /// ...and the files and bytes searched for the predicate's string literals.
+    pub verify_literals: usize,
+    pub verify_files_searched: usize,
+    pub verify_bytes_searched: u64,
+    pub verify_millis: u64,
+    /// From `accepted` to `verified`.
+    pub total_millis: u64,
 }
 
 impl DeletionReceipt {
@@ -216,6 +242,7 @@ pub fn plan_targets(body: &DeletionBody, defs: &[Arc<TableDef>]) -> Result<Vec<D
                     (!columns.is_empty()).then(|| DeletionTarget {
                         table: d.name().to_string(),
                         predicate: columns.join(" OR "),
+                        predicate_hmac: None,
                     })
                 })
                 .collect();
@@ -252,6 +279,7 @@ pub fn plan_targets(body: &DeletionBody, defs: &[Arc<TableDef>]) -> Result<Vec<D
                 targets.push(DeletionTarget {
                     table: parsed.to_string(),
                     predicate: predicate.clone(),
+                    predicate_hmac: None,
                 });
             }
             targets
@@ -346,6 +374,43 @@ impl Suppression {
             .ok_or_else(|| "the suppression filter is not boolean".to_owned())
     }
 
+    /// The string literals of the predicates, as bytes: the values a verification
+    /// searches files for. (Numbers are not searched: their encodings are short and
+    /// occur by chance.)
+    pub fn literals(&self) -> Vec<Vec<u8>> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let mut found = std::collections::BTreeSet::new();
+        for predicate in &self.predicates {
+            let _ = predicate.apply(|e| {
+                if let Expr::Literal(
+                    ScalarValue::Utf8(Some(v))
+                    | ScalarValue::LargeUtf8(Some(v))
+                    | ScalarValue::Utf8View(Some(v)),
+                    _,
+                ) = e
+                    && !v.is_empty()
+                {
+                    found.insert(v.as_bytes().to_vec());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        found.into_iter().collect()
+    }
+
+    /// The comparisons every predicate ANDs (`column <op> literal`), for pruning cold
+    /// files by partition and statistics; empty when there is more than one predicate
+    /// or none of that form.
+    pub fn prune_filters(&self) -> Vec<hotgate_tiering::ColdFilter> {
+        match self.predicates.as_slice() {
+            [one] => datafusion::logical_expr::utils::split_conjunction(one)
+                .into_iter()
+                .filter_map(crate::planner::cold_filter)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The suppression of one target's predicate.
     pub fn of_target(target: &DeletionTarget, def: &TableDef) -> Result<Self> {
         let expr = parse_predicate(&target.predicate, def.stored_schema())
@@ -428,7 +493,9 @@ impl Deletions {
         Ok(deletions)
     }
 
-    fn rebuild_active(&self, defs: &[Arc<TableDef>]) -> Result<()> {
+    /// Recomputes the suppression from the requests not yet verified: a verified
+    /// request stops hiding rows (there are none left to hide).
+    pub(crate) fn rebuild_active(&self, defs: &[Arc<TableDef>]) -> Result<()> {
         let records = self.records.read().unwrap_or_else(|p| p.into_inner());
         let mut active: HashMap<TableName, Vec<Expr>> = HashMap::new();
         for record in records
@@ -544,6 +611,56 @@ impl Deletions {
         Ok(next)
     }
 
+    /// Marks request `id` verified, durably, with its predicates erased (only their
+    /// HMACs stay), then lifts its suppression.
+    pub fn verified(
+        &self,
+        id: &str,
+        receipt: DeletionReceipt,
+        hash: impl Fn(&[u8]) -> String,
+        defs: &[Arc<TableDef>],
+    ) -> Result<DeletionRecord> {
+        let record = {
+            let mut records = self.records.write().unwrap_or_else(|p| p.into_inner());
+            let record = records.get_mut(id).ok_or_else(|| {
+                GatewayError::NotFound(format!("deletion request {id} does not exist"))
+            })?;
+            let mut next = record.clone();
+            for target in &mut next.targets {
+                if target.predicate_hmac.is_none() {
+                    target.predicate_hmac = Some(hash(target.predicate.as_bytes()));
+                }
+                target.predicate.clear();
+            }
+            next.state = DeletionState::Verified;
+            next.receipt = receipt;
+            next.pending = None;
+            next.history.push(StateChange {
+                state: DeletionState::Verified,
+                at: now_rfc3339(),
+            });
+            let json = serde_json::to_vec_pretty(&next)
+                .map_err(|e| GatewayError::Internal(format!("deletion record: {e}")))?;
+            write_file_durable(&self.dir.join(format!("{id}.json")), &json)?;
+            *record = next.clone();
+            next
+        };
+        self.rebuild_active(defs)?;
+        Ok(record)
+    }
+
+    /// Replaces what request `id` reports as pending (not durable: a note on progress).
+    pub fn note_pending(&self, id: &str, pending: String) {
+        if let Some(r) = self
+            .records
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+        {
+            r.pending = Some(pending);
+        }
+    }
+
     /// Requests by state, and how many of them are overdue, for `/metrics`.
     pub fn counts(&self) -> (BTreeMap<DeletionState, u64>, u64) {
         let now = chrono::Utc::now();
@@ -607,6 +724,18 @@ pub fn spawn_driver(
                     tracing::warn!(%id, "deletion step cold_applied failed; retrying: {e}");
                 }
             }
+            for id in state.deletions.ids_in(DeletionState::ColdApplied) {
+                if let Err(e) = purge(&state, &id).await {
+                    tracing::warn!(%id, "deletion step purged failed; retrying: {e}");
+                    state.deletions.note_pending(&id, format!("purging: {e}"));
+                }
+            }
+            for id in state.deletions.ids_in(DeletionState::Purged) {
+                if let Err(e) = verify(&state, &id).await {
+                    tracing::warn!(%id, "deletion step verified failed; retrying: {e}");
+                    state.deletions.note_pending(&id, format!("verifying: {e}"));
+                }
+            }
         }
     });
 }
@@ -615,6 +744,7 @@ pub fn spawn_driver(
 /// segments; primary-key tables have the keys of the matching current rows deleted
 /// (`-D`), their changelog records erased and RocksDB compacted.
 async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    step_fail_point(&format!("deletion-apply-hot"))?;
     let Some(record) = state.deletions.get(id) else {
         return Ok(());
     };
@@ -674,6 +804,7 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
 /// `hot_applied → cold_applied`: each target's cold files that hold a match are
 /// rewritten without it (copy-on-write, one overwrite commit per table).
 async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    step_fail_point(&format!("deletion-apply-cold"))?;
     let Some(record) = state.deletions.get(id) else {
         return Ok(());
     };
@@ -694,9 +825,14 @@ async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> 
         let suppression = Suppression::of_target(target, &def)?;
         let report = state
             .tierer
-            .delete_matching(&def, &|batch| suppression.matches(batch))
+            .delete_matching(
+                &def,
+                &|batch| suppression.matches(batch),
+                &suppression.prune_filters(),
+            )
             .await?;
         receipt.cold_rows_deleted += report.rows_deleted;
+        receipt.cold_files_read += report.files_read;
         receipt.cold_files_rewritten += report.files_rewritten;
         receipt.cold_bytes_rewritten += report.bytes_rewritten;
         receipt.cold_bytes_total += report.bytes_total;
@@ -708,8 +844,8 @@ async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> 
         DeletionState::ColdApplied,
         receipt,
         Some(
-            "the current snapshots hold no matching row; expiring the older snapshots, \
-             the purge and verification are not built yet, so the rows stay suppressed"
+            "the current snapshots hold no matching row; older snapshots, the refs \
+             pinning them and their files are next"
                 .into(),
         ),
     )?;
@@ -731,6 +867,299 @@ async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> 
     )
     .await?;
     Ok(())
+}
+
+/// How long the purge waits for reads of expired snapshots before it retries later.
+const PURGE_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A fail point at the start of a step (compiled in for tests only): `return` makes
+/// the step fail, so a test can hold a request in a state and kill the server there.
+fn step_fail_point(name: &str) -> Result<()> {
+    fail::fail_point!(name, |_| Err(GatewayError::Unavailable(format!(
+        "fail point {name}"
+    ))));
+    let _ = name;
+    Ok(())
+}
+
+/// `cold_applied → purged`: per table, every snapshot but the current one is expired
+/// and every ref but `main` removed, then, once no read streams from an expired
+/// snapshot, every file the current metadata does not reference is deleted.
+async fn purge(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    step_fail_point("deletion-purge")?;
+    let Some(record) = state.deletions.get(id) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let mut receipt = record.receipt.clone();
+    for target in &record.targets {
+        let name = TableName::parse(&target.table)?;
+        let Ok(hot) = state.store.table(&name) else {
+            continue;
+        };
+        let def = hot.def();
+        if !def.tiering().enabled {
+            continue;
+        }
+        if !state.tierer.is_ready(&name) {
+            state.tierer.ensure_table(&def).await?;
+        }
+        let report = state.tierer.erase_history(&def, PURGE_READ_WAIT).await?;
+        receipt
+            .refs_removed
+            .extend(report.refs_removed.iter().map(|r| format!("{name}:{r}")));
+        receipt.snapshots_expired += report.snapshots_expired;
+        receipt.cold_files_deleted += report.files_deleted;
+        receipt.cold_bytes_deleted += report.bytes_deleted;
+        if report.reads_waited_out > 0 {
+            return Err(GatewayError::Unavailable(format!(
+                "{name}: {} reads of expired snapshots are still streaming; their files \
+                 are deleted when they end",
+                report.reads_waited_out
+            )));
+        }
+    }
+    receipt.purge_millis = started.elapsed().as_millis() as u64;
+    let record = state.deletions.advance(
+        id,
+        DeletionState::Purged,
+        receipt,
+        Some("no snapshot or file reaches the rows any more; verification is next".into()),
+    )?;
+    let reason = format!(
+        "deletion request {}: {} snapshots expired, {} refs removed, {} files ({} bytes) deleted",
+        record.id,
+        record.receipt.snapshots_expired,
+        record.receipt.refs_removed.len(),
+        record.receipt.cold_files_deleted,
+        record.receipt.cold_bytes_deleted
+    );
+    audit_step(
+        state,
+        &record,
+        "deletion_purged",
+        Some(crate::planner::Tiers::Cold),
+        None,
+        reason,
+    )
+    .await?;
+    Ok(())
+}
+
+/// `purged → verified`: per table, a scan of the hot tier (log segments, and a
+/// primary-key table's current state) and of the cold tier's current snapshot finds
+/// no matching row, and no file under the table's hot directory, the RocksDB state
+/// (primary-key tables) or the Iceberg location holds one of the predicate's string
+/// literals. Only then is the suppression lifted and the predicate erased.
+async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
+    step_fail_point("deletion-verify")?;
+    let Some(record) = state.deletions.get(id) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let mut receipt = record.receipt.clone();
+    let (mut hot_rows, mut cold_rows) = (0u64, 0u64);
+    let (mut files, mut bytes, mut literals) = (0usize, 0u64, 0usize);
+    for target in &record.targets {
+        let name = TableName::parse(&target.table)?;
+        let Ok(hot) = state.store.table(&name) else {
+            continue;
+        };
+        let def = hot.def();
+        let suppression = Suppression::of_target(target, &def)?;
+        let needles = suppression.literals();
+        literals += needles.len();
+
+        let (scanned, matched) = hot_matches(&hot, &suppression).await?;
+        hot_rows += scanned;
+        if matched > 0 {
+            return Err(GatewayError::Internal(format!(
+                "{name}: the hot tier still holds {matched} matching rows"
+            )));
+        }
+        let mut dirs = vec![hot.dir().to_path_buf()];
+        if hot.is_primary_key() {
+            dirs.push(state.store.state_dir());
+        }
+        for dir in dirs {
+            let found = search_dir(&dir, &needles).await?;
+            files += found.files;
+            bytes += found.bytes;
+            if let Some(path) = found.first_match {
+                return Err(GatewayError::Internal(format!(
+                    "{name}: {} still holds a literal of the predicate",
+                    path.display()
+                )));
+            }
+        }
+
+        if def.tiering().enabled {
+            if !state.tierer.is_ready(&name) {
+                state.tierer.ensure_table(&def).await?;
+            }
+            let (scanned, matched) = cold_matches(state, &name, &suppression).await?;
+            cold_rows += scanned;
+            if matched > 0 {
+                return Err(GatewayError::Internal(format!(
+                    "{name}: the cold tier's current snapshot still holds {matched} matching rows"
+                )));
+            }
+            let found = state.tierer.search_location(&def, &needles).await?;
+            files += found.files_searched;
+            bytes += found.bytes_searched;
+            if let Some(path) = found.files_with_match.first() {
+                return Err(GatewayError::Internal(format!(
+                    "{name}: {path} still holds a literal of the predicate"
+                )));
+            }
+        }
+    }
+    receipt.verify_hot_rows_scanned = hot_rows;
+    receipt.verify_cold_rows_scanned = cold_rows;
+    receipt.verify_literals = literals;
+    receipt.verify_files_searched = files;
+    receipt.verify_bytes_searched = bytes;
+    receipt.verify_millis = started.elapsed().as_millis() as u64;
+    receipt.total_millis = record
+        .history
+        .first()
+        .and_then(|h| chrono::DateTime::parse_from_rfc3339(&h.at).ok())
+        .map(|at| (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds().max(0) as u64)
+        .unwrap_or_default();
+    let defs: Vec<_> = state.store.tables().iter().map(|t| t.def()).collect();
+    let key = state.governance.hash_key();
+    let record = state
+        .deletions
+        .verified(id, receipt, |p| key.hmac_hex(p), &defs)?;
+    let reason = format!(
+        "deletion request {}: verified; {} hot and {} cold rows scanned, {} files ({} bytes) \
+         searched for {} literals, none found; suppression lifted",
+        record.id,
+        record.receipt.verify_hot_rows_scanned,
+        record.receipt.verify_cold_rows_scanned,
+        record.receipt.verify_files_searched,
+        record.receipt.verify_bytes_searched,
+        record.receipt.verify_literals
+    );
+    audit_step(
+        state,
+        &record,
+        "deletion_verified",
+        Some(crate::planner::Tiers::HotAndCold),
+        None,
+        reason,
+    )
+    .await?;
+    tracing::info!(id = %record.id, "deletion request verified");
+    Ok(())
+}
+
+/// Rows of the hot tier scanned, and how many `suppression` matches: every log row
+/// (a primary-key table's changelog included) and a primary-key table's current state.
+async fn hot_matches(
+    hot: &Arc<hotgate_store::HotTable>,
+    suppression: &Suppression,
+) -> Result<(u64, u64)> {
+    let hot = Arc::clone(hot);
+    let suppression = suppression.clone();
+    tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
+        let count = |batch: &RecordBatch| -> Result<u64> {
+            let hit = suppression
+                .matches(batch)
+                .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?;
+            Ok(hit.true_count() as u64)
+        };
+        let (mut scanned, mut matched) = (0, 0);
+        for item in hot.scan(&hotgate_store::ScanRequest::default())? {
+            let batch = item?.batch;
+            scanned += batch.num_rows() as u64;
+            matched += count(&batch)?;
+        }
+        if hot.is_primary_key() {
+            for batch in hot.current_rows(8192)? {
+                scanned += batch.num_rows() as u64;
+                matched += count(&batch)?;
+            }
+        }
+        Ok((scanned, matched))
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("hot verification failed: {e}")))?
+}
+
+/// Rows of the cold tier's current snapshot scanned, and how many `suppression` matches.
+async fn cold_matches(
+    state: &crate::state::GatewayState,
+    name: &TableName,
+    suppression: &Suppression,
+) -> Result<(u64, u64)> {
+    let Some(cold) = state.tierer.cold_snapshot(name)? else {
+        return Ok((0, 0));
+    };
+    let mut stream = cold
+        .scan(hotgate_tiering::ColdScanRequest::default())
+        .await?;
+    let (mut scanned, mut matched) = (0, 0);
+    while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+        let batch = batch?;
+        scanned += batch.num_rows() as u64;
+        matched += suppression
+            .matches(&batch)
+            .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?
+            .true_count() as u64;
+    }
+    Ok((scanned, matched))
+}
+
+/// What a search of a directory found.
+struct DirSearch {
+    files: usize,
+    bytes: u64,
+    first_match: Option<PathBuf>,
+}
+
+/// Searches the raw bytes of every file under `dir` for `needles`.
+async fn search_dir(dir: &Path, needles: &[Vec<u8>]) -> Result<DirSearch> {
+    let dir = dir.to_path_buf();
+    let needles = needles.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut found = DirSearch {
+            files: 0,
+            bytes: 0,
+            first_match: None,
+        };
+        let mut pending = vec![dir];
+        while let Some(dir) = pending.pop() {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(GatewayError::Internal(format!("{}: {e}", dir.display())));
+                }
+            };
+            for entry in entries {
+                let path = entry
+                    .map_err(|e| GatewayError::Internal(format!("{}: {e}", dir.display())))?
+                    .path();
+                if path.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                // A file can vanish meanwhile (RocksDB compactions, segment renames).
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                found.files += 1;
+                found.bytes += bytes.len() as u64;
+                if found.first_match.is_none() && hotgate_tiering::contains_any(&bytes, &needles) {
+                    found.first_match = Some(path);
+                }
+            }
+        }
+        Ok(found)
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("file search failed: {e}")))?
 }
 
 /// Audits a state change of `record`: one record per target table.

@@ -384,6 +384,7 @@ async fn maintain_table(
             defaults.snapshot_retention,
         )?,
         retain_last: body.retain_last.unwrap_or(defaults.retain_last),
+        read_wait: defaults.read_wait,
         purge_min_age: duration_field(
             "purge_min_age",
             &body.purge_min_age,

@@ -437,6 +437,9 @@ impl PartitionStream for ColdPartition {
             request.schema = Some(Arc::new(arrow_schema::Schema::new(fields)));
         }
         let out_schema = Arc::clone(&schema);
+        // The stream holds the snapshot's lease until it ends: the purge does not
+        // delete files this read still has to open.
+        let lease = Arc::clone(&cold.lease);
         let batches = futures::stream::once(async move { cold.scan(request).await })
             .map(|opened| match opened {
                 Ok(stream) => stream,
@@ -444,6 +447,7 @@ impl PartitionStream for ColdPartition {
             })
             .flatten()
             .map(move |item| {
+                let _reading = &lease;
                 let batch = item.map_err(|e| to_df(e.into()))?;
                 let batch = match &buckets {
                     Some(b) => keep_buckets(&batch, &bucket_key, n, b)?,
@@ -480,7 +484,7 @@ fn column_comparison(expr: &Expr) -> Option<(&datafusion::common::Column, Operat
 /// `column <op> literal` (either way round) as a filter the cold scan can prune with.
 /// Anything else, including comparisons with computed expressions (such as a masked
 /// column above the secure view), is not pushed.
-fn cold_filter(expr: &Expr) -> Option<ColdFilter> {
+pub(crate) fn cold_filter(expr: &Expr) -> Option<ColdFilter> {
     let (column, op, literal) = column_comparison(expr)?;
     let op = match op {
         Operator::Eq => CmpOp::Eq,

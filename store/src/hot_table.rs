@@ -483,6 +483,11 @@ impl HotTable {
     }
 
     /// True for a primary-key table (current state in RocksDB, a changelog in its logs).
+    /// The table's directory: its definition and its logs' segments.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub fn is_primary_key(&self) -> bool {
         self.pk.is_some()
     }

@@ -23,6 +23,8 @@ pub struct ColdSnapshot {
     pub table: Table,
     pub snapshot_id: i64,
     pub offsets: TieredOffsets,
+    /// Held for as long as a read uses the snapshot: its files are not deleted meanwhile.
+    pub lease: std::sync::Arc<crate::leases::SnapshotLease>,
 }
 
 /// What a cold scan reads.
@@ -120,13 +122,12 @@ impl ColdSnapshot {
             ),
             None => builder.select_all(),
         };
-        // Each filter must bind to the snapshot's schema (a column added later, or a
-        // literal of another type, does not): those that do not are left out.
-        let predicate = time_predicate(&request)
-            .into_iter()
-            .chain(request.filters.iter().map(ColdFilter::predicate))
-            .filter(|p| p.bind(snapshot_schema.clone(), true).is_ok())
-            .reduce(Predicate::and);
+        let predicate = pushdown(
+            time_predicate(&request)
+                .into_iter()
+                .chain(request.filters.iter().map(ColdFilter::predicate)),
+            &snapshot_schema,
+        );
         if let Some(predicate) = predicate {
             builder = builder.with_filter(predicate);
         }
@@ -142,6 +143,26 @@ impl ColdSnapshot {
             })
             .boxed())
     }
+}
+
+/// The AND of the `predicates` that bind to `schema`: a column added later, or a
+/// literal of another type, does not bind, and is left out (pruning only).
+pub(crate) fn pushdown(
+    predicates: impl IntoIterator<Item = Predicate>,
+    schema: &iceberg::spec::SchemaRef,
+) -> Option<Predicate> {
+    predicates
+        .into_iter()
+        .filter(|p| p.bind(schema.clone(), true).is_ok())
+        .reduce(Predicate::and)
+}
+
+/// The predicate of ANDed `filters`, for pruning by partition and column statistics.
+pub(crate) fn filters_predicate(
+    filters: &[ColdFilter],
+    schema: &iceberg::spec::SchemaRef,
+) -> Option<Predicate> {
+    pushdown(filters.iter().map(ColdFilter::predicate), schema)
 }
 
 fn time_predicate(request: &ColdScanRequest) -> Option<Predicate> {

@@ -23,7 +23,7 @@ use iceberg::MetadataLocation;
 use iceberg::spec::{
     DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
     Schema, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
-    TableMetadata,
+    TableMetadata, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 
@@ -78,7 +78,9 @@ impl CommitRequest {
         }
     }
 
-    /// Merges all manifests into one when there are at least `count`.
+    /// Merges all manifests into one when there are at least `count`; with 1, every
+    /// commit rewrites its manifests, which also drops the entries of files deleted by
+    /// earlier snapshots (they still carry those files' column bounds).
     pub fn merge_manifests_at(mut self, count: usize) -> Self {
         self.merge_manifests_at = count;
         self
@@ -155,7 +157,7 @@ async fn try_commit(
     let mut merged = None;
     if let Some(parent) = parent {
         let list = base.manifest_list_reader(parent).load().await?;
-        let merge = list.entries().len() >= request.merge_manifests_at.max(2);
+        let merge = list.entries().len() >= request.merge_manifests_at;
         for manifest in list.entries() {
             // A manifest whose entries are all deleted describes nothing live: it is
             // dropped, as Iceberg's own commits do.
@@ -331,19 +333,32 @@ pub async fn commit_schema(
     schema: Schema,
     properties: HashMap<String, String>,
 ) -> Result<Table> {
-    let new_metadata = base
+    commit_metadata(catalog, name, base, |builder| {
+        Ok(builder
+            .add_current_schema(schema)
+            .map_err(|e| {
+                TieringError::Invalid(format!(
+                    "{name}: the schema change is not valid for Iceberg: {e}"
+                ))
+            })?
+            .set_properties(properties)?)
+    })
+    .await
+}
+
+/// A metadata-only commit (no new snapshot): `edit` changes a builder of `base`'s
+/// metadata, then the same compare-and-swap as data commits publishes it.
+pub async fn commit_metadata(
+    catalog: &Catalog,
+    name: &TableName,
+    base: &Table,
+    edit: impl FnOnce(TableMetadataBuilder) -> Result<TableMetadataBuilder>,
+) -> Result<Table> {
+    let builder = base
         .metadata()
         .clone()
-        .into_builder(Some(base_location(name, base)?))
-        .add_current_schema(schema)
-        .map_err(|e| {
-            TieringError::Invalid(format!(
-                "{name}: the schema change is not valid for Iceberg: {e}"
-            ))
-        })?
-        .set_properties(properties)?
-        .build()?
-        .metadata;
+        .into_builder(Some(base_location(name, base)?));
+    let new_metadata = edit(builder)?.build()?.metadata;
     let mut written = Written::default();
     let result = swap_in(catalog, name, base, new_metadata, &mut written).await;
     if result.is_err() && !written.ambiguous {

@@ -4,8 +4,10 @@
 //! is removed with nothing written in its place.
 //!
 //! The matcher sees rows in the hot tier's Arrow types (the caller's predicate was
-//! checked against them). Every live file is read: pruning by partition or column
-//! statistics is not built yet.
+//! checked against them). Only candidate files are read: with `prune` filters (the
+//! comparisons the predicate ANDs), Iceberg's scan planning skips files by partition
+//! (a fixed bucket key picks one bucket) and by column statistics; without any, every
+//! live file is a candidate.
 
 use std::collections::HashSet;
 
@@ -15,7 +17,10 @@ use iceberg::spec::PartitionKey;
 use iceberg::table::Table;
 use serde::Serialize;
 
+use futures::TryStreamExt;
+
 use crate::catalog::Catalog;
+use crate::cold_scan::{ColdFilter, filters_predicate};
 use crate::commit::{CommitRequest, commit};
 use crate::convert::{Converter, conform};
 use crate::error::{Result, TieringError};
@@ -30,6 +35,8 @@ pub type RowMatcher<'a> =
 /// What a copy-on-write deletion did.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct CowReport {
+    /// Live files read because pruning could not rule them out.
+    pub files_read: usize,
     /// Files that held a match and were replaced (or removed).
     pub files_rewritten: usize,
     /// Files written in their place.
@@ -51,7 +58,9 @@ pub async fn delete_matching(
     def: &TableDef,
     table: Table,
     matches: RowMatcher<'_>,
+    prune: &[ColdFilter],
 ) -> Result<(Table, CowReport)> {
+    let candidates = candidate_files(&table, prune).await?;
     let mut report = CowReport::default();
     let spec = table.metadata().default_partition_spec().clone();
     let schema = table.metadata().current_schema().clone();
@@ -61,6 +70,13 @@ pub async fn delete_matching(
     let mut add = Vec::new();
     for file in live_data_files(&table).await? {
         report.bytes_total += file.file_size_in_bytes();
+        if candidates
+            .as_ref()
+            .is_some_and(|c| !c.contains(file.file_path()))
+        {
+            continue;
+        }
+        report.files_read += 1;
         let bytes = table.file_io().new_input(file.file_path())?.read().await?;
         let mut kept = Vec::new();
         let mut deleted = 0u64;
@@ -105,4 +121,28 @@ pub async fn delete_matching(
     let table = commit(catalog, def.name(), &table, request).await?;
     report.snapshot_id = table.metadata().current_snapshot_id();
     Ok((table, report))
+}
+
+/// The paths of the current snapshot's files that `prune` cannot rule out, by
+/// partition and column statistics; `None` when nothing prunes (every file is one).
+async fn candidate_files(table: &Table, prune: &[ColdFilter]) -> Result<Option<HashSet<String>>> {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(None);
+    };
+    let schema = snapshot.schema(table.metadata())?;
+    let Some(predicate) = filters_predicate(prune, &schema) else {
+        return Ok(None);
+    };
+    let tasks = table
+        .scan()
+        .snapshot_id(snapshot.snapshot_id())
+        .with_filter(predicate)
+        .build()?
+        .plan_files()
+        .await?;
+    let paths: Vec<String> = tasks
+        .map_ok(|task| task.data_file_path.clone())
+        .try_collect()
+        .await?;
+    Ok(Some(paths.into_iter().collect()))
 }

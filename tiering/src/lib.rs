@@ -4,7 +4,8 @@
 //! mirrors a `TableDef` ([`table_spec`]), conversion of hot logs into Parquet files
 //! ([`convert`]), hotgate-built snapshot commits ([`commit`]), the tiering loop and its
 //! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]), cold
-//! retention ([`retention`]) and cold reads ([`cold_scan`]).
+//! retention ([`retention`]), erasing history ([`history`]), read leases that keep files
+//! under running reads ([`leases`]), searching storage for deleted values ([`search`]) and cold reads ([`cold_scan`]).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
 //! tier only through `hotgate-store`'s public API.
 //!
@@ -20,9 +21,12 @@ pub mod convert;
 pub mod cow;
 mod error;
 pub mod files;
+pub mod history;
+mod leases;
 pub mod maintenance;
 pub mod offsets;
 pub mod retention;
+pub mod search;
 pub mod storage;
 pub mod table_spec;
 pub mod tierer;
@@ -31,8 +35,11 @@ pub use catalog::{Catalog, CatalogConfig};
 pub use cold_scan::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue};
 pub use convert::RowSuppression;
 pub use cow::CowReport;
+pub use history::HistoryReport;
+pub use leases::SnapshotLease;
 pub use error::{ErrorKind, Result, TieringError};
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;
 pub use retention::ColdRetentionReport;
+pub use search::{LocationSearch, contains_any};
 pub use tierer::{CycleReport, Tierer, TieringStatus, WrittenFile};

@@ -41,6 +41,9 @@ pub struct MaintenanceOptions {
     pub retain_last: usize,
     /// Unreferenced files younger than this are left alone.
     pub purge_min_age: Duration,
+    /// How long file deletions wait for reads of expired snapshots before they are
+    /// deferred to the next run.
+    pub read_wait: Duration,
 }
 
 impl Default for MaintenanceOptions {
@@ -50,6 +53,7 @@ impl Default for MaintenanceOptions {
             snapshot_retention: Duration::from_secs(3600),
             retain_last: 1,
             purge_min_age: Duration::from_secs(3600),
+            read_wait: Duration::from_secs(5),
         }
     }
 }

@@ -3,11 +3,10 @@
 //!
 //! 1. One `overwrite` commit removes every live data file of a day before the cutoff
 //!    (whole files: nothing is rewritten). It keeps `hotgate.offsets`.
-//! 2. Every snapshot but that new current one is expired, whatever the snapshot
-//!    retention says: older snapshots still reach the removed rows.
-//! 3. The files only the expired snapshots referenced (the removed data files, their
-//!    manifests and manifest lists) are deleted at once. They belonged to committed
-//!    snapshots, so unlike the purge's orphans they need no safety age.
+//! 2. The history that still reaches them is erased ([`crate::history`]): every
+//!    snapshot but the new current one is expired, whatever the snapshot retention
+//!    says, refs pinning them are removed, and once no read uses the expired snapshots
+//!    their files are deleted.
 //!
 //! A day partition is older than the limit when the whole day ended before
 //! `now - cold_retention`. Primary-key tables have no day partition; retention does not
@@ -24,9 +23,7 @@ use crate::catalog::Catalog;
 use crate::commit::{CommitRequest, commit};
 use crate::error::Result;
 use crate::files::live_data_files;
-use crate::maintenance::{MaintenanceOptions, expire, referenced_files};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
-use crate::storage::ObjectStoreStorage;
 
 const DAY_US: i64 = 86_400_000_000;
 
@@ -43,8 +40,8 @@ pub struct ColdRetentionReport {
     /// The overwrite snapshot; none when nothing was old enough.
     pub snapshot_id: Option<i64>,
     pub snapshots_expired: usize,
-    /// Files deleted from storage: the removed data files and the manifests and
-    /// manifest lists only expired snapshots referenced.
+    /// Files deleted from storage: the removed data files and the manifests, manifest
+    /// lists and metadata files only expired snapshots referenced.
     pub files_deleted: usize,
     pub bytes_deleted: u64,
 }
@@ -64,11 +61,10 @@ fn file_day(file: &iceberg::spec::DataFile) -> Option<i32> {
     }
 }
 
-/// Drops the day partitions of `table` that ended before `cutoff_micros`, expires
-/// every older snapshot and deletes the files only they referenced.
+/// Drops the day partitions of `table` that ended before `cutoff_micros`. The caller
+/// then erases the history that still reaches them ([`crate::history`]).
 pub async fn drop_old_days(
     catalog: &Catalog,
-    storage: &ObjectStoreStorage,
     name: &TableName,
     table: Table,
     cutoff_micros: i64,
@@ -101,58 +97,5 @@ pub async fn drop_old_days(
     }
     let table = commit(catalog, name, &table, request).await?;
     report.snapshot_id = table.metadata().current_snapshot_id();
-
-    let (table, expired, files, bytes) = expire_all_but_current(catalog, storage, table).await?;
-    report.snapshots_expired = expired;
-    report.files_deleted = files;
-    report.bytes_deleted = bytes;
     Ok((table, report))
-}
-
-/// Expires every snapshot but the current one, then deletes each file the expired
-/// snapshots referenced and the remaining ones do not. Returns the table, the snapshots
-/// expired, and the files and bytes deleted.
-pub async fn expire_all_but_current(
-    catalog: &Catalog,
-    storage: &ObjectStoreStorage,
-    table: Table,
-) -> Result<(Table, usize, usize, u64)> {
-    let before = referenced_files(&table).await?;
-    let everything = MaintenanceOptions {
-        compact: false,
-        snapshot_retention: std::time::Duration::ZERO,
-        retain_last: 1,
-        purge_min_age: std::time::Duration::ZERO,
-    };
-    // Everything up to the current snapshot's time; `retain_last` keeps that one.
-    let Some(newest) = table
-        .metadata()
-        .current_snapshot()
-        .map(|s| s.timestamp_ms())
-    else {
-        return Ok((table, 0, 0, 0));
-    };
-    let (table, expired) = expire(catalog, table, newest + 1, &everything).await?;
-    let after = referenced_files(&table).await?;
-    let (mut files, mut bytes) = (0, 0);
-    let location = table.metadata().location().trim_end_matches('/').to_owned();
-    let sizes: std::collections::HashMap<String, u64> = storage
-        .list(&format!("{location}/"))
-        .await?
-        .into_iter()
-        .map(|f| (f.location, f.size))
-        .collect();
-    for path in before.difference(&after) {
-        // The metadata file `before` named is the previous one; the metadata log
-        // still lists it, and the purge removes it with the other old metadata.
-        if path.ends_with(".metadata.json") {
-            continue;
-        }
-        if let Some(size) = sizes.get(path) {
-            table.file_io().delete(path).await?;
-            files += 1;
-            bytes += size;
-        }
-    }
-    Ok((table, expired, files, bytes))
 }

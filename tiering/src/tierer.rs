@@ -28,6 +28,8 @@ use crate::commit::{CommitRequest, commit, commit_schema};
 use crate::convert::{Converter, RowSuppression};
 use crate::cow::CowReport;
 use crate::error::{Result, TieringError};
+use crate::history::{HistoryReport, delete_unreferenced, expire_history};
+use crate::leases::Leases;
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::retention::{ColdRetentionReport, drop_old_days};
@@ -106,6 +108,8 @@ struct TableState {
     current: RwLock<Option<Table>>,
     /// The last cold retention run that dropped something, with its time (ms).
     last_retention: RwLock<Option<(i64, ColdRetentionReport)>>,
+    /// Reads in flight, by the snapshot they read.
+    leases: Arc<Leases>,
 }
 
 /// Tiers hot tables into their Iceberg tables.
@@ -222,6 +226,9 @@ impl Tierer {
             table: table.clone(),
             snapshot_id: snapshot.snapshot_id(),
             offsets: TieredOffsets::of_snapshot(table.metadata(), Some(snapshot))?,
+            // Taken while `current` is read-locked: the snapshot cannot be replaced and
+            // its files purged before the lease counts.
+            lease: state.leases.acquire(snapshot.snapshot_id()),
         }))
     }
 
@@ -304,12 +311,13 @@ impl Tierer {
         &self,
         def: &TableDef,
         matches: crate::cow::RowMatcher<'_>,
+        prune: &[crate::cold_scan::ColdFilter],
     ) -> Result<CowReport> {
         let state = self.state(def.name());
         let _busy = state.busy.lock().await;
         let table = self.catalog.load(def.name()).await?;
         let (table, report) =
-            crate::cow::delete_matching(&self.catalog, def, table, matches).await?;
+            crate::cow::delete_matching(&self.catalog, def, table, matches, prune).await?;
         *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
         Ok(report)
     }
@@ -332,10 +340,16 @@ impl Tierer {
             && !matches!(def.kind(), hotgate_store::TableKind::PrimaryKey { .. })
         {
             let cutoff = now_ms.saturating_mul(1000).saturating_sub(micros(limit));
-            let (after, retention) =
-                drop_old_days(&self.catalog, &self.listing, name, table, cutoff).await?;
+            let (after, mut retention) = drop_old_days(&self.catalog, name, table, cutoff).await?;
             table = after;
             if retention.files_removed > 0 {
+                let (after, history) = self
+                    .erase_history_locked(&state, name, table, options.read_wait)
+                    .await?;
+                table = after;
+                retention.snapshots_expired = history.snapshots_expired;
+                retention.files_deleted = history.files_deleted;
+                retention.bytes_deleted = history.bytes_deleted;
                 *state
                     .last_retention
                     .write()
@@ -351,11 +365,65 @@ impl Tierer {
         }
         let (table, expired) = expire(&self.catalog, table, now_ms, options).await?;
         report.snapshots_expired = expired;
-        let (files, bytes) = purge(&self.listing, &table, now_ms, options.purge_min_age).await?;
-        report.files_purged = files;
-        report.bytes_purged = bytes;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        // Files of expired snapshots go only once no read streams from those snapshots.
+        let live = table.metadata().snapshots().map(|s| s.snapshot_id()).collect();
+        let reading = state.leases.drain_outside(&live, options.read_wait).await;
+        if reading == 0 {
+            let (files, bytes) =
+                purge(&self.listing, &table, now_ms, options.purge_min_age).await?;
+            report.files_purged = files;
+            report.bytes_purged = bytes;
+        } else {
+            tracing::info!(table = %name, reading, "purge deferred: reads of expired snapshots are still streaming");
+        }
         Ok(report)
+    }
+
+    /// Erases the history of `def`'s table ([`crate::history`]): afterwards one
+    /// snapshot is left, referenced by `main` only, and no file under the table
+    /// location is unreferenced, unless reads of expired snapshots outlasted
+    /// `read_wait` (`reads_waited_out`; run again later).
+    pub async fn erase_history(&self, def: &TableDef, read_wait: Duration) -> Result<HistoryReport> {
+        let state = self.state(def.name());
+        let _busy = state.busy.lock().await;
+        let table = self.catalog.load(def.name()).await?;
+        let (_, report) = self
+            .erase_history_locked(&state, def.name(), table, read_wait)
+            .await?;
+        Ok(report)
+    }
+
+    /// Searches every object under `def`'s table location for `needles`
+    /// ([`crate::search`]).
+    pub async fn search_location(
+        &self,
+        def: &TableDef,
+        needles: &[Vec<u8>],
+    ) -> Result<crate::search::LocationSearch> {
+        let table = self.catalog.load(def.name()).await?;
+        crate::search::search_location(&self.listing, &table, needles).await
+    }
+
+    async fn erase_history_locked(
+        &self,
+        state: &TableState,
+        name: &TableName,
+        table: Table,
+        read_wait: Duration,
+    ) -> Result<(Table, HistoryReport)> {
+        let mut report = HistoryReport::default();
+        let table = expire_history(&self.catalog, name, table, &mut report).await?;
+        // Published before the wait: reads from now on lease the current snapshot.
+        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        let live = table.metadata().current_snapshot_id().into_iter().collect();
+        report.reads_waited_out = state.leases.drain_outside(&live, read_wait).await;
+        if report.reads_waited_out == 0 {
+            let (files, bytes) = delete_unreferenced(&self.listing, &table).await?;
+            report.files_deleted = files;
+            report.bytes_deleted = bytes;
+        }
+        Ok((table, report))
     }
 
     /// The watermarks and the live files of the current snapshot.

@@ -45,6 +45,7 @@ async fn compaction_expiry_and_purge_leave_one_readable_snapshot() {
         snapshot_retention: Duration::ZERO,
         retain_last: 1,
         purge_min_age: Duration::ZERO,
+        ..MaintenanceOptions::default()
     };
     let report = f.tierer.maintain(&f.def(), now_ms, &options).await.unwrap();
     assert_eq!(report.compaction.files_removed, 4);

@@ -233,6 +233,7 @@ async fn simulated_day(
         snapshot_retention: Duration::ZERO,
         retain_last: 1,
         purge_min_age: Duration::ZERO,
+        ..MaintenanceOptions::default()
     };
     let (mut commits, mut files_committed, mut next_id) = (0u64, 0u64, 0i64);
     let started = Instant::now();
