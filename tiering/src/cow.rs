@@ -64,8 +64,6 @@ pub async fn delete_matching(
     let mut report = CowReport::default();
     let spec = table.metadata().default_partition_spec().clone();
     let schema = table.metadata().current_schema().clone();
-    let prefix = format!("hg-cow-{}", uuid::Uuid::new_v4().simple());
-    let converter = Converter::new(&table, def.tiering().target_file_size, prefix)?;
     let mut remove = HashSet::new();
     let mut add = Vec::new();
     for file in live_data_files(&table).await? {
@@ -97,6 +95,10 @@ pub async fn delete_matching(
             continue;
         }
         let key = PartitionKey::new((*spec).clone(), schema.clone(), file.partition().clone());
+        // A prefix per replaced file: sinks of one partition number their files from
+        // zero, so a shared prefix would make two replacements overwrite each other.
+        let prefix = format!("hg-cow-{}", uuid::Uuid::new_v4().simple());
+        let converter = Converter::new(&table, def.tiering().target_file_size, prefix)?;
         let mut sink = converter.sink(key);
         for batch in kept {
             sink.push(batch).await?;

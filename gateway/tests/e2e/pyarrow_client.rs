@@ -35,6 +35,12 @@ fn pyarrow_flight_walkthrough() {
     let out = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(root.join("tests/python"))
+        // While iterating: PYTEST_SELECT=deletion runs the matching tests only.
+        .args(
+            std::env::var("PYTEST_SELECT")
+                .map(|k| vec!["-k".to_owned(), k])
+                .unwrap_or_default(),
+        )
         .env("HOTGATE_FLIGHT", format!("grpc://{}", server.flight))
         .env("HOTGATE_HTTP", format!("http://{}", server.http))
         .env("HOTGATE_TOKEN", &token)
