@@ -336,6 +336,9 @@ fn matches_everything(expr: &Expr, schema: &Schema) -> bool {
     )
 }
 
+/// The shortest string literal a verification searches files for.
+pub const MIN_SEARCHED_LITERAL: usize = 4;
+
 /// The rows a table's pending requests hide: those where any predicate is true.
 #[derive(Debug, Clone)]
 pub struct Suppression {
@@ -375,8 +378,9 @@ impl Suppression {
     }
 
     /// The string literals of the predicates, as bytes: the values a verification
-    /// searches files for. (Numbers are not searched: their encodings are short and
-    /// occur by chance.)
+    /// searches files for. Numbers and strings shorter than [`MIN_SEARCHED_LITERAL`]
+    /// bytes are not searched: they occur by chance (in ids, hashes, encodings), so a
+    /// hit would prove nothing. The scans still check them.
     pub fn literals(&self) -> Vec<Vec<u8>> {
         use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
         let mut found = std::collections::BTreeSet::new();
@@ -388,7 +392,7 @@ impl Suppression {
                     | ScalarValue::Utf8View(Some(v)),
                     _,
                 ) = e
-                    && !v.is_empty()
+                    && v.len() >= MIN_SEARCHED_LITERAL
                 {
                     found.insert(v.as_bytes().to_vec());
                 }
@@ -1024,7 +1028,11 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
         .history
         .first()
         .and_then(|h| chrono::DateTime::parse_from_rfc3339(&h.at).ok())
-        .map(|at| (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds().max(0) as u64)
+        .map(|at| {
+            (chrono::Utc::now() - at.with_timezone(&chrono::Utc))
+                .num_milliseconds()
+                .max(0) as u64
+        })
         .unwrap_or_default();
     let defs: Vec<_> = state.store.tables().iter().map(|t| t.def()).collect();
     let key = state.governance.hash_key();

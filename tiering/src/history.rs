@@ -76,7 +76,8 @@ pub async fn expire_history(
         .iter()
         .any(|m| m.deleted_files_count.is_some_and(|n| n > 0))
     {
-        let mut request = CommitRequest::replace(Default::default(), Vec::new()).merge_manifests_at(1);
+        let mut request =
+            CommitRequest::replace(Default::default(), Vec::new()).merge_manifests_at(1);
         let offsets = TieredOffsets::current(table.metadata())?;
         if !offsets.0.is_empty() {
             request = request.with_property(OFFSETS_PROP, offsets.to_json());
@@ -112,7 +113,10 @@ pub async fn expire_history(
 
 /// Step 3 of the module doc: deletes every file under the table location that the
 /// current metadata does not reference. Returns (files, bytes).
-pub async fn delete_unreferenced(storage: &ObjectStoreStorage, table: &Table) -> Result<(usize, u64)> {
+pub async fn delete_unreferenced(
+    storage: &ObjectStoreStorage,
+    table: &Table,
+) -> Result<(usize, u64)> {
     let keep = referenced_files(table).await?;
     let location = table.metadata().location().trim_end_matches('/').to_owned();
     let mut deleted = (0, 0);

@@ -98,9 +98,7 @@ mod tests {
         let live: HashSet<i64> = [2].into();
         assert_eq!(leases.held_outside(&live), 1);
         assert_eq!(
-            leases
-                .drain_outside(&live, Duration::from_millis(20))
-                .await,
+            leases.drain_outside(&live, Duration::from_millis(20)).await,
             1,
             "a read of snapshot 1 is still streaming"
         );

@@ -70,9 +70,21 @@ fn strings_contain(column: &dyn Array, needles: &[Vec<u8>]) -> bool {
         values.any(|v| v.is_some_and(|v| contains_any(v, needles)))
     };
     match column.data_type() {
-        DataType::Utf8 => any(Box::new(column.as_string::<i32>().iter().map(|v| v.map(str::as_bytes)))),
-        DataType::LargeUtf8 => any(Box::new(column.as_string::<i64>().iter().map(|v| v.map(str::as_bytes)))),
-        DataType::Utf8View => any(Box::new(column.as_string_view().iter().map(|v| v.map(str::as_bytes)))),
+        DataType::Utf8 => any(Box::new(
+            column
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::as_bytes)),
+        )),
+        DataType::LargeUtf8 => any(Box::new(
+            column
+                .as_string::<i64>()
+                .iter()
+                .map(|v| v.map(str::as_bytes)),
+        )),
+        DataType::Utf8View => any(Box::new(
+            column.as_string_view().iter().map(|v| v.map(str::as_bytes)),
+        )),
         DataType::Binary => any(Box::new(column.as_binary::<i32>().iter())),
         DataType::LargeBinary => any(Box::new(column.as_binary::<i64>().iter())),
         DataType::BinaryView => any(Box::new(column.as_binary_view().iter())),

@@ -367,7 +367,11 @@ impl Tierer {
         report.snapshots_expired = expired;
         *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
         // Files of expired snapshots go only once no read streams from those snapshots.
-        let live = table.metadata().snapshots().map(|s| s.snapshot_id()).collect();
+        let live = table
+            .metadata()
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .collect();
         let reading = state.leases.drain_outside(&live, options.read_wait).await;
         if reading == 0 {
             let (files, bytes) =
@@ -384,7 +388,11 @@ impl Tierer {
     /// snapshot is left, referenced by `main` only, and no file under the table
     /// location is unreferenced, unless reads of expired snapshots outlasted
     /// `read_wait` (`reads_waited_out`; run again later).
-    pub async fn erase_history(&self, def: &TableDef, read_wait: Duration) -> Result<HistoryReport> {
+    pub async fn erase_history(
+        &self,
+        def: &TableDef,
+        read_wait: Duration,
+    ) -> Result<HistoryReport> {
         let state = self.state(def.name());
         let _busy = state.busy.lock().await;
         let table = self.catalog.load(def.name()).await?;

@@ -939,12 +939,16 @@ async fn a_large_lookup_is_split_into_grpc_sized_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     let dir = tempfile::tempdir().unwrap();
-    // A short time bound: the request is overdue (nothing after `accepted` is built).
+    // A short time bound, and verification held back by a fail point: the request
+    // stays `purged` and becomes overdue.
     let server = Server::start_env(
         dir.path(),
         free_addr(),
         free_addr(),
-        &[("HOTGATE_DELETION_TIME_BOUND", "1s")],
+        &[
+            ("HOTGATE_DELETION_TIME_BOUND", "1s"),
+            ("FAILPOINTS", "deletion-verify=return"),
+        ],
     );
     let token = server.token("alice", &["analyst"]);
     assert_eq!(
@@ -1036,6 +1040,14 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(shown["overdue"], true, "{shown}");
+    assert_eq!(shown["state"], "purged", "{shown}");
+    assert!(
+        shown["pending"]
+            .as_str()
+            .unwrap()
+            .contains("fail point deletion-verify"),
+        "{shown}"
+    );
     let metrics = reqwest::get(server.http_url("/metrics"))
         .await
         .unwrap()
