@@ -163,3 +163,107 @@ fn day_of(micros: i64) -> String {
         .format("%Y-%m-%d")
         .to_string()
 }
+
+/// The compliance purge and a read of an older snapshot: the read holds a lease, so the
+/// purge expires the snapshot but leaves its files until the read ends; the read sees
+/// every row it planned on. Then the purge deletes them.
+#[tokio::test]
+async fn erasing_history_waits_for_reads_of_expired_snapshots() {
+    use arrow_array::cast::AsArray;
+    use futures::TryStreamExt;
+
+    let f = fixture(1).await;
+    for i in 0..2 {
+        f.hot
+            .append(&events(i * 10..(i + 1) * 10, T0))
+            .await
+            .unwrap();
+        f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    }
+    let reading = f.tierer.cold_snapshot(f.def().name()).unwrap().unwrap();
+    let planned_on = live_files(&f.table().await).await;
+
+    // A copy-on-write deletion of ids below 5, then the history erased with a read of
+    // the old snapshot still open.
+    let cow = f
+        .tierer
+        .delete_matching(
+            &f.def(),
+            &|batch: &arrow_array::RecordBatch| {
+                let ids = batch
+                    .column_by_name("id")
+                    .unwrap()
+                    .as_primitive::<arrow_array::types::Int64Type>();
+                Ok(ids.iter().map(|i| i.map(|i| i < 5)).collect())
+            },
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cow.rows_deleted, 5);
+    let report = f
+        .tierer
+        .erase_history(&f.def(), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert_eq!(report.reads_waited_out, 1, "{report:?}");
+    assert_eq!(report.snapshots_expired, 3, "{report:?}");
+    assert_eq!(report.files_deleted, 0, "{report:?}");
+    assert_eq!(f.table().await.metadata().snapshots().count(), 1);
+
+    // The read completes on the snapshot it planned on.
+    let batches: Vec<arrow_array::RecordBatch> = reading
+        .scan(Default::default())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column_by_name("id")
+                .unwrap()
+                .as_primitive::<arrow_array::types::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+    drop(batches);
+    drop(reading);
+
+    // Read done: the files only the expired snapshots referenced go.
+    let report = f
+        .tierer
+        .erase_history(&f.def(), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert_eq!(report.reads_waited_out, 0, "{report:?}");
+    assert!(report.files_deleted > 0, "{report:?}");
+    let removed: Vec<_> = planned_on
+        .difference(&live_files(&f.table().await).await)
+        .cloned()
+        .collect();
+    assert!(!removed.is_empty());
+    for path in removed {
+        assert!(
+            !std::path::Path::new(path.trim_start_matches("file://")).exists(),
+            "{path} is still there"
+        );
+    }
+    assert_eq!(
+        cold_ids(&f.table().await).await,
+        (5..20).collect::<Vec<_>>()
+    );
+    // Nothing under the location is unreferenced any more.
+    let referenced = files_under(&f.dir.path().join("warehouse")).len();
+    let again = f
+        .tierer
+        .erase_history(&f.def(), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert_eq!(again.files_deleted, 0, "{again:?}");
+    assert_eq!(files_under(&f.dir.path().join("warehouse")).len(), referenced);
+}
