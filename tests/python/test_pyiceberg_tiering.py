@@ -104,6 +104,10 @@ def test_pyiceberg_reads_the_tiered_table():
     assert names == {"id": 1, "user_id": 2, "email": 3, "ts": 4}
     # No column statistics for the pii column.
     assert table.properties["write.metadata.metrics.column.email"] == "none"
+    for task in table.scan().plan_files():
+        assert 3 not in (task.file.lower_bounds or {}), task.file.lower_bounds
+        assert 3 not in (task.file.upper_bounds or {}), task.file.upper_bounds
+        assert 2 in task.file.lower_bounds  # user_id keeps its bounds
 
     # pyiceberg's bucket transform agrees with the hot tier's routing for every user.
     bucket = BucketTransform(8).transform(StringType())

@@ -21,10 +21,14 @@ use iceberg::writer::file_writer::location_generator::{
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use tokio::sync::mpsc;
 
 use crate::error::{Result, TieringError};
+
+/// The table property prefix that sets a column's metrics mode.
+const METRICS_COLUMN_PREFIX: &str = "write.metadata.metrics.column.";
 
 /// Batches in flight between the blocking segment reader and the Parquet writer.
 const READ_AHEAD: usize = 4;
@@ -209,10 +213,23 @@ impl Converter {
         // target flush as they fill, so the count is mostly compressed bytes and files
         // land near the target.
         let row_group_bytes = (self.target_file_size / 8).clamp(64 << 10, 128 << 20);
-        let props = WriterProperties::builder()
+        let mut props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_bytes(Some(row_group_bytes))
-            .build();
+            .set_max_row_group_bytes(Some(row_group_bytes));
+        // iceberg-rust does not read `write.metadata.metrics.column.<c>=none`; it takes
+        // a file's bounds from the Parquet statistics, so those are not written for
+        // such columns (the `pii` ones): no value of theirs lands in a manifest.
+        for (key, value) in self.metadata().properties() {
+            if let Some(column) = key.strip_prefix(METRICS_COLUMN_PREFIX)
+                && value == "none"
+            {
+                props = props.set_column_statistics_enabled(
+                    ColumnPath::from(column),
+                    EnabledStatistics::None,
+                );
+            }
+        }
+        let props = props.build();
         let parquet = ParquetWriterBuilder::new(props, self.metadata().current_schema().clone());
         let rolling = RollingFileWriterBuilder::new(
             parquet,

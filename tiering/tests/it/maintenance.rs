@@ -265,5 +265,8 @@ async fn erasing_history_waits_for_reads_of_expired_snapshots() {
         .await
         .unwrap();
     assert_eq!(again.files_deleted, 0, "{again:?}");
-    assert_eq!(files_under(&f.dir.path().join("warehouse")).len(), referenced);
+    assert_eq!(
+        files_under(&f.dir.path().join("warehouse")).len(),
+        referenced
+    );
 }

@@ -1,9 +1,9 @@
 //! `hotgate-bench`: end-to-end freshness and Flight read throughput, against a bare
 //! arrow-flight server serving the same batches from memory, in the same run.
 //!
-//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench [reads|lookup|recovery|tiering]`
+//! Run: `cargo run --release -p hotgate-tests --bin hotgate-bench [reads|lookup|recovery|tiering|deletion]`
 //! (`scripts/bench` installs Redis first). Prints JSON lines. `reads` (the default) is
-//! described here; `lookup` and `recovery` in [`lookup`]; `tiering` in [`tiering`].
+//! described here; `lookup` and `recovery` in [`lookup`]; `tiering` in [`tiering`]; `deletion` in [`deletion`].
 //! Freshness: each row carries `produced_at`, set by the producer just before it sends
 //! the batch over a long-lived DoPut; a follow-mode changelog DoGet records when each row
 //! arrives. Steady rate: `HOTGATE_BENCH_RATE` rows/s (default 2000), 12,000 rows.
@@ -35,6 +35,7 @@ use hotgate_gateway::Config;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
+mod deletion;
 mod lookup;
 mod tiering;
 
@@ -895,8 +896,9 @@ fn main() -> std::process::ExitCode {
         "lookup" => runtime.block_on(lookup::lookup()),
         "recovery" => runtime.block_on(lookup::recovery()),
         "tiering" => runtime.block_on(tiering::tiering()),
+        "deletion" => runtime.block_on(deletion::deletion()),
         other => Err(format!(
-            "unknown benchmark {other:?}; use reads, lookup, recovery or tiering"
+            "unknown benchmark {other:?}; use reads, lookup, recovery, tiering or deletion"
         )
         .into()),
     };
