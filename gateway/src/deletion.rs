@@ -748,36 +748,14 @@ pub fn spawn_driver(
 /// segments; primary-key tables have the keys of the matching current rows deleted
 /// (`-D`), their changelog records erased and RocksDB compacted.
 async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
-    step_fail_point(&format!("deletion-apply-hot"))?;
+    step_fail_point("deletion-apply-hot")?;
     let Some(record) = state.deletions.get(id) else {
         return Ok(());
     };
     let started = std::time::Instant::now();
     let mut receipt = record.receipt.clone();
     for target in &record.targets {
-        let name = TableName::parse(&target.table)?;
-        let Ok(hot) = state.store.table(&name) else {
-            continue;
-        };
-        let def = hot.def();
-        let suppression = Suppression::of_target(target, &def)?;
-        if hot.is_primary_key() {
-            let keys = matching_keys(&hot, &suppression).await?;
-            if keys.num_rows() > 0 {
-                let (deleted, rewrite) = hot.erase_keys(&keys).await?;
-                receipt.keys_erased += deleted.changes;
-                receipt.add_hot(&rewrite);
-            }
-        } else {
-            let rewrite = hot
-                .delete_rows(&|batch| {
-                    suppression
-                        .matches(batch)
-                        .map_err(hotgate_store::StoreError::InvalidRequest)
-                })
-                .await?;
-            receipt.add_hot(&rewrite);
-        }
+        delete_hot(state, target, &mut receipt).await?;
     }
     receipt.hot_millis = started.elapsed().as_millis() as u64;
     let record = state.deletions.advance(
@@ -805,42 +783,89 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Deletes `target`'s matching rows from the hot tier, adding to `receipt`. Log
+/// tables: every segment holding a match is rewritten without it. Primary-key tables:
+/// the keys of matching current rows are erased (`-D`, their whole changelog history,
+/// RocksDB compacted), then any changelog record that still matches (a before image
+/// of a key whose current row no longer matches) is blanked; replay is unchanged,
+/// because a later record of that key supersedes it.
+async fn delete_hot(
+    state: &crate::state::GatewayState,
+    target: &DeletionTarget,
+    receipt: &mut DeletionReceipt,
+) -> Result<()> {
+    let name = TableName::parse(&target.table)?;
+    let Ok(hot) = state.store.table(&name) else {
+        return Ok(());
+    };
+    let def = hot.def();
+    let suppression = Suppression::of_target(target, &def)?;
+    if hot.is_primary_key() {
+        let keys = matching_keys(&hot, &suppression).await?;
+        if keys.num_rows() > 0 {
+            let (deleted, rewrite) = hot.erase_keys(&keys).await?;
+            receipt.keys_erased += deleted.changes;
+            receipt.add_hot(&rewrite);
+        }
+    }
+    let rewrite = hot
+        .delete_rows(&|batch| {
+            suppression
+                .matches(batch)
+                .map_err(hotgate_store::StoreError::InvalidRequest)
+        })
+        .await?;
+    receipt.add_hot(&rewrite);
+    Ok(())
+}
+
+/// Rewrites `target`'s cold files that hold a match without it (copy-on-write, one
+/// overwrite commit), adding to `receipt`.
+async fn delete_cold(
+    state: &crate::state::GatewayState,
+    target: &DeletionTarget,
+    receipt: &mut DeletionReceipt,
+) -> Result<()> {
+    let name = TableName::parse(&target.table)?;
+    let Ok(hot) = state.store.table(&name) else {
+        return Ok(());
+    };
+    let def = hot.def();
+    if !def.tiering().enabled {
+        return Ok(());
+    }
+    if !state.tierer.is_ready(&name) {
+        state.tierer.ensure_table(&def).await?;
+    }
+    let suppression = Suppression::of_target(target, &def)?;
+    let report = state
+        .tierer
+        .delete_matching(
+            &def,
+            &|batch| suppression.matches(batch),
+            &suppression.prune_filters(),
+        )
+        .await?;
+    receipt.cold_rows_deleted += report.rows_deleted;
+    receipt.cold_files_read += report.files_read;
+    receipt.cold_files_rewritten += report.files_rewritten;
+    receipt.cold_bytes_rewritten += report.bytes_rewritten;
+    receipt.cold_bytes_total += report.bytes_total;
+    receipt.cold_files_removed.extend(report.removed);
+    Ok(())
+}
+
 /// `hot_applied → cold_applied`: each target's cold files that hold a match are
 /// rewritten without it (copy-on-write, one overwrite commit per table).
 async fn apply_cold(state: &crate::state::GatewayState, id: &str) -> Result<()> {
-    step_fail_point(&format!("deletion-apply-cold"))?;
+    step_fail_point("deletion-apply-cold")?;
     let Some(record) = state.deletions.get(id) else {
         return Ok(());
     };
     let started = std::time::Instant::now();
     let mut receipt = record.receipt.clone();
     for target in &record.targets {
-        let name = TableName::parse(&target.table)?;
-        let Ok(hot) = state.store.table(&name) else {
-            continue;
-        };
-        let def = hot.def();
-        if !def.tiering().enabled {
-            continue;
-        }
-        if !state.tierer.is_ready(&name) {
-            state.tierer.ensure_table(&def).await?;
-        }
-        let suppression = Suppression::of_target(target, &def)?;
-        let report = state
-            .tierer
-            .delete_matching(
-                &def,
-                &|batch| suppression.matches(batch),
-                &suppression.prune_filters(),
-            )
-            .await?;
-        receipt.cold_rows_deleted += report.rows_deleted;
-        receipt.cold_files_read += report.files_read;
-        receipt.cold_files_rewritten += report.files_rewritten;
-        receipt.cold_bytes_rewritten += report.bytes_rewritten;
-        receipt.cold_bytes_total += report.bytes_total;
-        receipt.cold_files_removed.extend(report.removed);
+        delete_cold(state, target, &mut receipt).await?;
     }
     receipt.cold_millis = started.elapsed().as_millis() as u64;
     let record = state.deletions.advance(
@@ -974,7 +999,14 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
         let needles = suppression.literals();
         literals += needles.len();
 
-        let (scanned, matched) = hot_matches(&hot, &suppression).await?;
+        // Rows written while the request was pending (hidden since acceptance) match
+        // too: they are deleted now, and the scan repeated.
+        let (mut scanned, mut matched) = hot_matches(&hot, &suppression).await?;
+        if matched > 0 {
+            tracing::info!(table = %name, matched, "deleting rows written after acceptance");
+            delete_hot(state, target, &mut receipt).await?;
+            (scanned, matched) = hot_matches(&hot, &suppression).await?;
+        }
         hot_rows += scanned;
         if matched > 0 {
             return Err(GatewayError::Internal(format!(
@@ -1001,7 +1033,15 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
             if !state.tierer.is_ready(&name) {
                 state.tierer.ensure_table(&def).await?;
             }
-            let (scanned, matched) = cold_matches(state, &name, &suppression).await?;
+            let (mut scanned, mut matched) = cold_matches(state, &name, &suppression).await?;
+            if matched > 0 {
+                delete_cold(state, target, &mut receipt).await?;
+                let history = state.tierer.erase_history(&def, PURGE_READ_WAIT).await?;
+                receipt.snapshots_expired += history.snapshots_expired;
+                receipt.cold_files_deleted += history.files_deleted;
+                receipt.cold_bytes_deleted += history.bytes_deleted;
+                (scanned, matched) = cold_matches(state, &name, &suppression).await?;
+            }
             cold_rows += scanned;
             if matched > 0 {
                 return Err(GatewayError::Internal(format!(

@@ -113,7 +113,16 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     let dir = tempfile::tempdir().unwrap();
     let flight = free_addr();
     let http = free_addr();
-    let (server, token, _) = events_in_the_cold_tier(dir.path(), flight, http, 0..200).await;
+    // The purge is held back by a fail point: the request stays pending (and
+    // suppressing) through `cold_applied` until the restart below.
+    let (server, token, _) = crate::tiering::events_in_the_cold_tier_env(
+        dir.path(),
+        flight,
+        http,
+        0..200,
+        &[("FAILPOINTS", "deletion-purge=return"), FAST_TICK[0]],
+    )
+    .await;
     let mut client = server.client().await;
     put(
         &mut client,
@@ -232,11 +241,31 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     tier(&server, &token).await;
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
 
-    // The suppression survives a restart.
+    // The suppression survives a restart; without the fail point the request goes on
+    // to `verified`, deleting the c3 rows written while it was pending too.
     server.terminate();
     let server = Server::start_env(dir.path(), flight, http, &FAST_TICK);
     let kept: Vec<i64> = (0..300).filter(|i| i % 5 != 3).collect();
     assert_eq!(all_ids(&server, &token).await, kept);
+    let shown = wait_for_state(&server, &token, &id, "verified").await;
+    assert!(
+        shown["receipt"]["hot_rows_deleted"].as_u64().unwrap() >= 20,
+        "{shown}"
+    );
+    assert_eq!(all_ids(&server, &token).await, kept);
+    assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
+    // Verified, the suppression is lifted: new c3 rows are new data.
+    let mut client = server.client().await;
+    put(
+        &mut client,
+        &token,
+        &["app", "events"],
+        vec![events(300..310)],
+    )
+    .await
+    .unwrap();
+    let ids = all_ids(&server, &token).await;
+    assert!(ids.contains(&303) && ids.contains(&308), "{ids:?}");
 
     // The acceptance is on the audit record, without the subject in clear.
     let root = server.token("root", &["admin"]);

@@ -109,7 +109,18 @@ pub(crate) async fn events_in_the_cold_tier(
     http: std::net::SocketAddr,
     ids: std::ops::Range<i64>,
 ) -> (Server, String, serde_json::Value) {
-    let server = Server::start_env(dir, flight, http, &FAST_TICK);
+    events_in_the_cold_tier_env(dir, flight, http, ids, &FAST_TICK).await
+}
+
+/// [`events_in_the_cold_tier`] with the server's environment given.
+pub(crate) async fn events_in_the_cold_tier_env(
+    dir: &Path,
+    flight: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    ids: std::ops::Range<i64>,
+    env: &[(&str, &str)],
+) -> (Server, String, serde_json::Value) {
+    let server = Server::start_env(dir, flight, http, env);
     let token = server.token("alice", &["analyst"]);
     assert_eq!(
         create_table(&server, &token, short_lived_events())
