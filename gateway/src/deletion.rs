@@ -415,6 +415,58 @@ impl Suppression {
         }
     }
 
+    /// The only buckets that can hold a match, when the (single) predicate ANDs
+    /// `bucket_key = literal` (or an `IN` list of literals); `None` otherwise.
+    pub fn buckets(&self, def: &TableDef) -> Option<Vec<u32>> {
+        use datafusion::logical_expr::{BinaryExpr, Operator, expr::InList};
+        let [one] = self.predicates.as_slice() else {
+            return None;
+        };
+        let key = &def.spec().bucket_key;
+        let key_type = def
+            .stored_schema()
+            .field_with_name(key)
+            .ok()?
+            .data_type()
+            .clone();
+        let is_key = |e: &Expr| matches!(e, Expr::Column(c) if &c.name == key);
+        let literals = datafusion::logical_expr::utils::split_conjunction(one)
+            .into_iter()
+            .find_map(|conjunct| match conjunct {
+                Expr::BinaryExpr(BinaryExpr {
+                    left,
+                    op: Operator::Eq,
+                    right,
+                }) => match (left.as_ref(), right.as_ref()) {
+                    (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c) if is_key(c) => {
+                        Some(vec![v.clone()])
+                    }
+                    _ => None,
+                },
+                Expr::InList(InList {
+                    expr,
+                    list,
+                    negated: false,
+                }) if is_key(expr) => list
+                    .iter()
+                    .map(|e| match e {
+                        Expr::Literal(v, _) => Some(v.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            })?;
+        let values = ScalarValue::iter_to_array(literals).ok()?;
+        let values = arrow_cast::cast(&values, &key_type).ok()?;
+        if values.null_count() > 0 {
+            return None;
+        }
+        let mut buckets = hotgate_store::bucket::buckets_of(&values, def.buckets()).ok()?;
+        buckets.sort_unstable();
+        buckets.dedup();
+        Some(buckets)
+    }
+
     /// The suppression of one target's predicate.
     pub fn of_target(target: &DeletionTarget, def: &TableDef) -> Result<Self> {
         let expr = parse_predicate(&target.predicate, def.stored_schema())
@@ -808,8 +860,9 @@ async fn delete_hot(
             receipt.add_hot(&rewrite);
         }
     }
+    let buckets = suppression.buckets(&def);
     let rewrite = hot
-        .delete_rows(&|batch| {
+        .delete_rows(buckets.as_deref(), &|batch| {
             suppression
                 .matches(batch)
                 .map_err(hotgate_store::StoreError::InvalidRequest)
@@ -1378,5 +1431,41 @@ mod tests {
         .unwrap();
         let kept = suppression.apply(&batch).unwrap();
         assert_eq!(kept.num_rows(), 1);
+    }
+
+    #[test]
+    fn a_fixed_bucket_key_names_the_only_buckets_to_rewrite() {
+        let def = def();
+        let of = |predicate: &str| {
+            Suppression::of_target(
+                &DeletionTarget {
+                    table: "app.events".into(),
+                    predicate: predicate.into(),
+                    predicate_hmac: None,
+                },
+                &def,
+            )
+            .unwrap()
+            .buckets(&def)
+        };
+        // The same buckets the store routes the values to.
+        let routed = |values: &[&str]| {
+            let array: arrow_array::ArrayRef =
+                Arc::new(arrow_array::StringArray::from(values.to_vec()));
+            let mut b = hotgate_store::bucket::buckets_of(&array, 4).unwrap();
+            b.sort_unstable();
+            b.dedup();
+            b
+        };
+        assert_eq!(of("user_id = 'u-1'"), Some(routed(&["u-1"])));
+        assert_eq!(of("'u-1' = user_id AND id > 3"), Some(routed(&["u-1"])));
+        assert_eq!(
+            of("user_id IN ('u-1', 'u-2', 'u-9')"),
+            Some(routed(&["u-1", "u-2", "u-9"]))
+        );
+        assert_eq!(of("user_id = 'u-1' OR id = 3"), None);
+        assert_eq!(of("id = 3"), None);
+        assert_eq!(of("user_id <> 'u-1'"), None);
+        assert_eq!(of("user_id NOT IN ('u-1')"), None);
     }
 }

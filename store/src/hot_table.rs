@@ -658,14 +658,20 @@ impl HotTable {
     /// rewriting only the segments that hold one. Every other row keeps its offset; a
     /// deleted row's slot holds blanks that reads skip. `delete` sees whole rows in the
     /// log schema (a primary-key changelog's include `_change`).
+    /// With `buckets`, only the logs of those buckets are read: the caller knows no
+    /// other bucket can hold a match (its predicate fixes the bucket key).
     pub async fn delete_rows(
         &self,
+        buckets: Option<&[u32]>,
         delete: &(dyn Fn(&RecordBatch) -> Result<arrow_array::BooleanArray> + Sync),
     ) -> Result<crate::log::RewriteReport> {
         let schema = self.log_schema();
         let trailing = usize::from(self.is_primary_key());
         let mut total = crate::log::RewriteReport::default();
         for log in self.logs() {
+            if buckets.is_some_and(|b| !b.contains(&log.id().bucket)) {
+                continue;
+            }
             total += log.delete_rows(&schema, trailing, delete).await?;
         }
         Ok(total)
@@ -683,10 +689,12 @@ impl HotTable {
         let pk = self.pk()?;
         let deleted = self.write_changes(keys, ChangeOp::Delete).await?;
         let input = key_columns(&self.def(), keys, "erase")?;
-        let (_, encoded) = self.keys_of(pk, &input)?;
+        let (mut buckets, encoded) = self.keys_of(pk, &input)?;
+        buckets.sort_unstable();
+        buckets.dedup();
         let doomed: std::collections::HashSet<Vec<u8>> = encoded.into_iter().collect();
         let rewrite = self
-            .delete_rows(&|batch| {
+            .delete_rows(Some(&buckets), &|batch| {
                 let (_, found) = self.keys_of(pk, batch)?;
                 Ok(arrow_array::BooleanArray::from_iter(
                     found.iter().map(|k| Some(doomed.contains(k))),

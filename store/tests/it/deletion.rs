@@ -62,7 +62,7 @@ async fn deleted_rows_leave_the_bytes_and_other_rows_keep_their_offsets() {
     assert!(segment_bytes_contain(dir.path(), b"note 41"));
 
     let report = table
-        .delete_rows(&|batch| {
+        .delete_rows(None, &|batch| {
             let ids = batch.column(0).as_primitive::<Int64Type>();
             Ok(BooleanArray::from_iter(
                 ids.iter().map(|id| id.map(subject)),
@@ -132,7 +132,7 @@ async fn deleted_rows_leave_the_bytes_and_other_rows_keep_their_offsets() {
     // A second deletion merges with the first.
     let table = store.table(&events_name()).unwrap();
     let again = table
-        .delete_rows(&|batch| {
+        .delete_rows(None, &|batch| {
             let ids = batch.column(0).as_primitive::<Int64Type>();
             Ok(BooleanArray::from_iter(
                 ids.iter().map(|id| id.map(|i| i % 10 == 2 || subject(i))),
