@@ -1,5 +1,5 @@
-//! The exactly-once test again with the warehouse on `s3://`, against a real S3 protocol
-//! server on loopback: `moto_server` from PyPI (`moto[server]`, installed into `.venv`
+//! The exactly-once test again with the warehouse on `s3://`, then a deletion run to
+//! `verified` there, against a real S3 protocol server on loopback: `moto_server` from PyPI (`moto[server]`, installed into `.venv`
 //! by `scripts/setup`), through hotgate's object_store storage. A missing moto fails
 //! the test; it is not skipped.
 
@@ -106,6 +106,7 @@ async fn exactly_once_on_an_s3_warehouse() {
     let moto = Moto::start();
     moto.create_bucket(BUCKET).await;
     // Both kill points, each on its own prefix of the one bucket.
+    let mut last = None;
     for (point, prefix) in [
         ("tier-before-commit", "before"),
         ("tier-after-commit", "after"),
@@ -115,5 +116,52 @@ async fn exactly_once_on_an_s3_warehouse() {
         // The table's files went to S3, not to a local warehouse.
         assert!(deployment.warehouse.count(".parquet").await > 0);
         assert!(!deployment.dir.path().join("warehouse").exists());
+        last = Some(deployment);
     }
+
+    // A deletion on the S3 warehouse runs to `verified`: the copy-on-write, the purge
+    // (listing and deleting objects) and the search (reading every object) all go
+    // through object_store.
+    let deployment = last.unwrap();
+    let server = deployment.start(free_addr(), free_addr(), &crate::tiering::FAST_TICK);
+    let token = server.token("alice", &["analyst"]);
+    let (status, record) = http_json(
+        &server,
+        reqwest::Method::POST,
+        "/v1/deletions",
+        &token,
+        Some(serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+            "subject": "case-s3"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{record}");
+    let shown = crate::deletion::wait_for_state(
+        &server,
+        &token,
+        record["id"].as_str().unwrap(),
+        "verified",
+    )
+    .await;
+    let receipt = &shown["receipt"];
+    assert!(receipt["cold_rows_deleted"].as_u64().unwrap() > 0, "{shown}");
+    assert!(receipt["cold_files_deleted"].as_u64().unwrap() > 0, "{shown}");
+    assert!(receipt["verify_files_searched"].as_u64().unwrap() > 0, "{shown}");
+    assert_eq!(
+        crate::tiering::scan_ids(&server, &token).await,
+        (0..180).filter(|i| i % 5 != 3).collect::<Vec<_>>()
+    );
+    // Only live files are left in the bucket.
+    let (_, status_body) = http_json(
+        &server,
+        reqwest::Method::GET,
+        "/v1/tables/app.events/tiering",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        deployment.warehouse.count(".parquet").await as u64,
+        status_body["files"].as_u64().unwrap()
+    );
+    server.terminate();
 }

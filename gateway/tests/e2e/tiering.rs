@@ -31,7 +31,7 @@ pub(crate) async fn tier(server: &Server, token: &str) -> serde_json::Value {
     body
 }
 
-async fn scan_ids(server: &Server, token: &str) -> Vec<i64> {
+pub(crate) async fn scan_ids(server: &Server, token: &str) -> Vec<i64> {
     let mut client = server.client().await;
     let batches = get(
         &mut client,
