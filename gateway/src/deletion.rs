@@ -343,9 +343,24 @@ pub const MIN_SEARCHED_LITERAL: usize = 4;
 #[derive(Debug, Clone)]
 pub struct Suppression {
     predicates: Vec<Expr>,
+    /// The keep filter compiled for the last batch schema seen: reads call
+    /// [`Suppression::keep`] per batch, and their batches share one schema.
+    compiled: Arc<std::sync::Mutex<Option<CompiledKeep>>>,
 }
 
+type CompiledKeep = (
+    arrow_schema::SchemaRef,
+    Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+);
+
 impl Suppression {
+    fn new(predicates: Vec<Expr>) -> Self {
+        Self {
+            predicates,
+            compiled: Arc::default(),
+        }
+    }
+
     /// The filter that keeps the other rows: `(p1 OR p2 ...) IS NOT TRUE`, so a row
     /// where a predicate is null is kept, as SQL's `DELETE ... WHERE` would keep it.
     pub fn keep_expr(&self) -> Expr {
@@ -362,10 +377,26 @@ impl Suppression {
     /// use (stored rows, possibly with extra columns).
     pub fn keep(&self, batch: &RecordBatch) -> std::result::Result<BooleanArray, String> {
         let schema = batch.schema();
-        let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(|e| e.to_string())?;
-        let physical = SessionContext::new()
-            .create_physical_expr(self.keep_expr(), &df_schema)
-            .map_err(|e| e.strip_backtrace())?;
+        let cached = self
+            .compiled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|(s, _)| s == &schema)
+            .map(|(_, p)| Arc::clone(p));
+        let physical = match cached {
+            Some(p) => p,
+            None => {
+                let df_schema =
+                    DFSchema::try_from(schema.as_ref().clone()).map_err(|e| e.to_string())?;
+                let p = SessionContext::new()
+                    .create_physical_expr(self.keep_expr(), &df_schema)
+                    .map_err(|e| e.strip_backtrace())?;
+                *self.compiled.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Arc::clone(&schema), Arc::clone(&p)));
+                p
+            }
+        };
         let value = physical
             .evaluate(batch)
             .and_then(|v| v.into_array(batch.num_rows()))
@@ -471,9 +502,7 @@ impl Suppression {
     pub fn of_target(target: &DeletionTarget, def: &TableDef) -> Result<Self> {
         let expr = parse_predicate(&target.predicate, def.stored_schema())
             .map_err(|e| GatewayError::Internal(format!("predicate on {}: {e}", target.table)))?;
-        Ok(Self {
-            predicates: vec![expr],
-        })
+        Ok(Self::new(vec![expr]))
     }
 
     /// Which rows of `batch` the predicates match (true only where one is true).
@@ -736,9 +765,7 @@ impl Deletions {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(table)
-            .map(|predicates| Suppression {
-                predicates: predicates.clone(),
-            })
+            .map(|predicates| Suppression::new(predicates.clone()))
     }
 }
 
@@ -1413,9 +1440,7 @@ mod tests {
         .unwrap();
         assert_eq!(targets[0].predicate, "\"user_id\" = 'u-''7'");
         let expr = parse_predicate(&targets[0].predicate, defs[0].stored_schema()).unwrap();
-        let suppression = Suppression {
-            predicates: vec![expr],
-        };
+        let suppression = Suppression::new(vec![expr]);
         let schema = Arc::clone(defs[0].stored_schema());
         let batch = RecordBatch::try_new(
             schema,
@@ -1431,6 +1456,12 @@ mod tests {
         .unwrap();
         let kept = suppression.apply(&batch).unwrap();
         assert_eq!(kept.num_rows(), 1);
+        // Compiled once per schema: the same batch again, then another schema (the
+        // user_id column alone), then the first again.
+        assert_eq!(suppression.apply(&batch).unwrap().num_rows(), 1);
+        let narrow = batch.project(&[1]).unwrap();
+        assert_eq!(suppression.apply(&narrow).unwrap().num_rows(), 1);
+        assert_eq!(suppression.apply(&batch).unwrap().num_rows(), 1);
     }
 
     #[test]

@@ -130,8 +130,10 @@ async fn exactly_once_on_an_s3_warehouse() {
         reqwest::Method::POST,
         "/v1/deletions",
         &token,
-        Some(serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
-            "subject": "case-s3"})),
+        Some(
+            serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+            "subject": "case-s3"}),
+        ),
     )
     .await;
     assert_eq!(status, 202, "{record}");
@@ -143,9 +145,18 @@ async fn exactly_once_on_an_s3_warehouse() {
     )
     .await;
     let receipt = &shown["receipt"];
-    assert!(receipt["cold_rows_deleted"].as_u64().unwrap() > 0, "{shown}");
-    assert!(receipt["cold_files_deleted"].as_u64().unwrap() > 0, "{shown}");
-    assert!(receipt["verify_files_searched"].as_u64().unwrap() > 0, "{shown}");
+    assert!(
+        receipt["cold_rows_deleted"].as_u64().unwrap() > 0,
+        "{shown}"
+    );
+    assert!(
+        receipt["cold_files_deleted"].as_u64().unwrap() > 0,
+        "{shown}"
+    );
+    assert!(
+        receipt["verify_files_searched"].as_u64().unwrap() > 0,
+        "{shown}"
+    );
     assert_eq!(
         crate::tiering::scan_ids(&server, &token).await,
         (0..180).filter(|i| i % 5 != 3).collect::<Vec<_>>()
