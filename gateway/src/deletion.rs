@@ -1,27 +1,28 @@
 //! Compliance deletion requests (`POST /v1/deletions`): validation, the durable request
-//! record, the suppression filter, and the steps that remove the rows.
+//! record, the suppression filter, and the steps that remove the rows and prove it.
+//! Owns the request state machine; must not touch files itself (the store rewrites
+//! segments, tiering rewrites and purges the Iceberg table).
 //!
-//! A request moves `accepted → hot_applied → cold_applied → purged → verified`. Built:
-//! - `accepted`: the request is validated, written durably under
-//!   `<data-dir>/deletions/<id>.json` and audited; from then on its predicate suppresses
-//!   matching rows in scans (both tiers), changelogs, lookups and tiering cycles, also
-//!   after a restart.
-//! - `hot_applied` (a background driver, [`spawn_driver`]): log tables have the matching
-//!   rows rewritten out of their segments, other rows keeping their offsets; primary-key
-//!   tables have the matching keys deleted (`-D`), their changelog records erased and
-//!   RocksDB compacted. Durable and audited.
-//!
-//! - `cold_applied`: each target's cold files holding a match are rewritten without it
-//!   (copy-on-write, one overwrite commit per table). Durable and audited.
-//!
-//! Not built: `purged`, `verified`. A request stops at `cold_applied` with its rows
-//! still suppressed (older snapshots and their files still reach them). The purge must
-//! not delete files a running read of an older snapshot still needs: deleting them at
-//! once, as a first attempt did, broke such reads.
+//! A request moves `accepted → hot_applied → cold_applied → purged → verified`, each
+//! step run by a background driver ([`spawn_driver`]), durable before the next starts,
+//! idempotent (a crash resumes it) and audited:
+//! - `accepted`: validated, written under `<data-dir>/deletions/<id>.json`; from then on
+//!   its predicate suppresses matching rows in scans (both tiers), changelogs, lookups
+//!   and tiering cycles, also after a restart.
+//! - `hot_applied`: log segments holding a match are rewritten without it (other rows
+//!   keep their offsets); primary-key keys are erased (`-D`, changelog history, RocksDB
+//!   compaction). A predicate that fixes the bucket key reads only that bucket's logs.
+//! - `cold_applied`: the cold files that may hold a match (pruned by partition and
+//!   statistics) are rewritten without it in one overwrite commit per table.
+//! - `purged`: older snapshots and refs are removed and every unreferenced file under
+//!   the table location deleted, once no read still uses an expired snapshot.
+//! - `verified`: scans of both tiers find no match (rows written while the request was
+//!   pending are deleted then), and no file of the table holds a string literal of the
+//!   predicate. The suppression is lifted and the predicate erased.
 //!
 //! What is stored: the request's `subject` only as an HMAC (the hash key of write rules);
-//! the predicate in clear, because resuming after a crash needs it. It lives outside
-//! every table's directory and Iceberg location.
+//! the predicate in clear until `verified` (resuming after a crash needs it), outside
+//! every table's directory and Iceberg location, then only as an HMAC.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -1057,9 +1058,9 @@ async fn purge(state: &crate::state::GatewayState, id: &str) -> Result<()> {
 
 /// `purged → verified`: per table, a scan of the hot tier (log segments, and a
 /// primary-key table's current state) and of the cold tier's current snapshot finds
-/// no matching row, and no file under the table's hot directory, the RocksDB state
-/// (primary-key tables) or the Iceberg location holds one of the predicate's string
-/// literals. Only then is the suppression lifted and the predicate erased.
+/// no matching row, and no file under the table's hot directory, the RocksDB files
+/// that can hold its state (primary-key tables) or the Iceberg location holds one of
+/// the predicate's string literals. Only then is the suppression lifted and the predicate erased.
 async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
     step_fail_point("deletion-verify")?;
     let Some(record) = state.deletions.get(id) else {
@@ -1093,20 +1094,17 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
                 "{name}: the hot tier still holds {matched} matching rows"
             )));
         }
-        let mut dirs = vec![hot.dir().to_path_buf()];
-        if hot.is_primary_key() {
-            dirs.push(state.store.state_dir());
-        }
-        for dir in dirs {
-            let found = search_dir(&dir, &needles).await?;
-            files += found.files;
-            bytes += found.bytes;
-            if let Some(path) = found.first_match {
-                return Err(GatewayError::Internal(format!(
-                    "{name}: {} still holds a literal of the predicate",
-                    path.display()
-                )));
-            }
+        // The table's directory, and for a primary-key table the files of the shared
+        // RocksDB that are not other tables' live SSTs (those may hold the same values
+        // legitimately).
+        let found = search_files(hot.dir(), hot.state_files()?, &needles).await?;
+        files += found.files;
+        bytes += found.bytes;
+        if let Some(path) = found.first_match {
+            return Err(GatewayError::Internal(format!(
+                "{name}: {} still holds a literal of the predicate",
+                path.display()
+            )));
         }
 
         if def.tiering().enabled {
@@ -1246,8 +1244,8 @@ struct DirSearch {
     first_match: Option<PathBuf>,
 }
 
-/// Searches the raw bytes of every file under `dir` for `needles`.
-async fn search_dir(dir: &Path, needles: &[Vec<u8>]) -> Result<DirSearch> {
+/// Searches the raw bytes of every file under `dir`, and of `more`, for `needles`.
+async fn search_files(dir: &Path, more: Vec<PathBuf>, needles: &[Vec<u8>]) -> Result<DirSearch> {
     let dir = dir.to_path_buf();
     let needles = needles.to_vec();
     tokio::task::spawn_blocking(move || {
@@ -1256,6 +1254,20 @@ async fn search_dir(dir: &Path, needles: &[Vec<u8>]) -> Result<DirSearch> {
             bytes: 0,
             first_match: None,
         };
+        let search = |path: PathBuf, found: &mut DirSearch| {
+            // A file can vanish meanwhile (RocksDB compactions, segment renames).
+            let Ok(bytes) = std::fs::read(&path) else {
+                return;
+            };
+            found.files += 1;
+            found.bytes += bytes.len() as u64;
+            if found.first_match.is_none() && hotgate_tiering::contains_any(&bytes, &needles) {
+                found.first_match = Some(path);
+            }
+        };
+        for path in more {
+            search(path, &mut found);
+        }
         let mut pending = vec![dir];
         while let Some(dir) = pending.pop() {
             let entries = match std::fs::read_dir(&dir) {
@@ -1273,15 +1285,7 @@ async fn search_dir(dir: &Path, needles: &[Vec<u8>]) -> Result<DirSearch> {
                     pending.push(path);
                     continue;
                 }
-                // A file can vanish meanwhile (RocksDB compactions, segment renames).
-                let Ok(bytes) = std::fs::read(&path) else {
-                    continue;
-                };
-                found.files += 1;
-                found.bytes += bytes.len() as u64;
-                if found.first_match.is_none() && hotgate_tiering::contains_any(&bytes, &needles) {
-                    found.first_match = Some(path);
-                }
+                search(path, &mut found);
             }
         }
         Ok(found)

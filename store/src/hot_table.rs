@@ -488,6 +488,15 @@ impl HotTable {
         &self.dir
     }
 
+    /// The files of the shared RocksDB directory that can hold a primary-key table's
+    /// values (not the live SSTs of other tables); empty for a log table.
+    pub fn state_files(&self) -> Result<Vec<std::path::PathBuf>> {
+        match &self.pk {
+            Some(pk) => pk.files(),
+            None => Ok(Vec::new()),
+        }
+    }
+
     pub fn is_primary_key(&self) -> bool {
         self.pk.is_some()
     }

@@ -281,6 +281,30 @@ impl PkState {
         format!("{}/{bucket}", self.cf_name).into_bytes()
     }
 
+    /// The files of the shared RocksDB directory that can hold this table's values:
+    /// every file there except the live SST files of other tables' column families.
+    /// Obsolete SSTs not yet deleted are included, whatever their column family.
+    pub(crate) fn files(&self) -> Result<Vec<std::path::PathBuf>> {
+        let dir = self.db.db.path().to_path_buf();
+        let others: std::collections::HashSet<std::path::PathBuf> = self
+            .db
+            .db
+            .live_files()
+            .map_err(|e| rocks("list live files", e))?
+            .into_iter()
+            .filter(|f| f.column_family_name != self.cf_name)
+            .map(|f| dir.join(f.name.trim_start_matches('/')))
+            .collect();
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
+            let path = entry.map_err(|e| StoreError::io(&dir, e))?.path();
+            if path.is_file() && !others.contains(&path) {
+                files.push(path);
+            }
+        }
+        Ok(files)
+    }
+
     /// Compacts the table's whole key range, so deleted values leave the SST files.
     pub(crate) fn compact(&self) -> Result<()> {
         let cf = self.db.cf(&self.cf_name)?;

@@ -103,11 +103,6 @@ impl Store {
         })
     }
 
-    /// The RocksDB directory that holds every primary-key table's state.
-    pub fn state_dir(&self) -> std::path::PathBuf {
-        self.root.join("state")
-    }
-
     pub fn root(&self) -> &Path {
         &self.root
     }
