@@ -1097,7 +1097,15 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
         // The table's directory, and for a primary-key table the files of the shared
         // RocksDB that are not other tables' live SSTs (those may hold the same values
         // legitimately).
-        let found = search_files(hot.dir(), hot.state_files()?, &needles).await?;
+        let mut state_needles = needles.clone();
+        if hot.is_primary_key() {
+            for literal in &needles {
+                if let Ok(text) = std::str::from_utf8(literal) {
+                    state_needles.push(hotgate_store::state_bytes_of_string(text)?);
+                }
+            }
+        }
+        let found = search_files(hot.dir(), hot.state_files()?, &state_needles).await?;
         files += found.files;
         bytes += found.bytes;
         if let Some(path) = found.first_match {

@@ -37,7 +37,7 @@ pub use hot_table::{
 pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Clock, Log, LogOptions, Pending, RewriteReport};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
-pub use pk::{CHANGE_COLUMN, ChangeOp};
+pub use pk::{CHANGE_COLUMN, ChangeOp, state_bytes_of_string};
 pub use scan::{
     BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch, Tail,
     change_meta_fields,

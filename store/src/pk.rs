@@ -110,6 +110,11 @@ impl StateDb {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        // A new MANIFEST at every version edit: it then records only the live SST files
+        // (with their smallest and largest keys), never the key bounds of files that
+        // compactions removed, so an erased key leaves the MANIFEST with its file. The
+        // edits are rare (flushes, compactions) and the snapshot is small.
+        options.set_max_manifest_file_size(1);
         let mut names = Db::list_cf(&options, path).unwrap_or_default();
         for required in ["default", APPLIED_CF] {
             if !names.iter().any(|n| n == required) {
@@ -141,6 +146,7 @@ impl StateDb {
 /// data block per SST level for keys that are absent there, so every table has
 /// whole-key Bloom filters (10 bits/key, ~1% false positives), cached with the index
 /// blocks in one LRU cache, and data blocks with a hash index for in-block search.
+/// No compression (see below).
 fn lookup_options(cache: &Cache) -> Options {
     let mut table = BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
@@ -153,12 +159,25 @@ fn lookup_options(cache: &Cache) -> Options {
     options.set_block_based_table_factory(&table);
     options.set_memtable_whole_key_filtering(true);
     options.set_memtable_prefix_bloom_ratio(0.02);
-    options.set_compression_type(DBCompressionType::Lz4);
+    // Uncompressed SST files: a compliance deletion proves the erased values left the
+    // state by searching its files' bytes, which compression would make meaningless.
+    // The block cache holds uncompressed blocks either way, so lookups do not pay.
+    options.set_compression_type(DBCompressionType::None);
     // Small memtables: a random lookup in a skiplist of a million rows costs more than in
     // Bloom-filtered SST blocks, and a flushed memtable also advances the applied offset,
     // which bounds the changelog replay after a crash (there is no RocksDB WAL).
     options.set_write_buffer_size(MEMTABLE_BYTES);
     options
+}
+
+/// How a string value appears in the bytes of primary-key state (keys and rows use
+/// the arrow row format, which cuts strings into short blocks with continuation bytes):
+/// what a search of RocksDB files must look for besides the plain bytes.
+pub fn state_bytes_of_string(value: &str) -> Result<Vec<u8>> {
+    let converter = RowConverter::new(vec![SortField::new(arrow_schema::DataType::Utf8)])?;
+    let array: arrow_array::ArrayRef = Arc::new(arrow_array::StringArray::from(vec![value]));
+    let rows = converter.convert_columns(&[array])?;
+    Ok(rows.row(0).as_ref().to_vec())
 }
 
 /// One primary-key table's state.
@@ -282,8 +301,11 @@ impl PkState {
     }
 
     /// The files of the shared RocksDB directory that can hold this table's values:
-    /// every file there except the live SST files of other tables' column families.
-    /// Obsolete SSTs not yet deleted are included, whatever their column family.
+    /// every file there except the live SST files of other tables' column families and
+    /// the MANIFEST. Obsolete SSTs not yet deleted are included, whatever their column
+    /// family. The MANIFEST is rewritten at every version edit, so it holds only the
+    /// key bounds of live SSTs: this table's are searched with its SSTs (a bound is a
+    /// key in the file), other tables' are theirs to keep.
     pub(crate) fn files(&self) -> Result<Vec<std::path::PathBuf>> {
         let dir = self.db.db.path().to_path_buf();
         let others: std::collections::HashSet<std::path::PathBuf> = self
@@ -298,7 +320,10 @@ impl PkState {
         let mut files = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| StoreError::io(&dir, e))? {
             let path = entry.map_err(|e| StoreError::io(&dir, e))?.path();
-            if path.is_file() && !others.contains(&path) {
+            let manifest = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("MANIFEST-"));
+            if path.is_file() && !manifest && !others.contains(&path) {
                 files.push(path);
             }
         }

@@ -445,3 +445,136 @@ async fn a_deletion_killed_in_each_state_resumes_and_verifies() {
     // tier too.
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
 }
+
+/// Primary-key tables share one RocksDB, whose SST files are searched when a deletion
+/// verifies: the erased row's bytes are gone from them, while another table's SST
+/// holding the same value (its own data, not targeted) neither blocks verification nor
+/// loses its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_searches_the_shared_state_for_its_own_table_only() {
+    use std::sync::Arc;
+
+    use arrow_array::StringArray;
+    use arrow_schema::{DataType, Field, Schema};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
+    let token = server.token("alice", &["analyst"]);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("user_id", DataType::Utf8, false),
+        Field::new("note", DataType::Utf8, true),
+    ]));
+    let batch = |users: Vec<String>, notes: Vec<String>| {
+        arrow_array::RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from(users)),
+                Arc::new(StringArray::from(notes)),
+            ],
+        )
+        .unwrap()
+    };
+    let mut client = server.client().await;
+    for table in ["people", "contacts"] {
+        let spec = serde_json::json!({"namespace": "app", "name": table,
+            "columns": [{"name": "user_id", "type": "string", "nullable": false},
+                        {"name": "note", "type": "string"}],
+            "primary_key": ["user_id"], "bucket_key": "user_id", "buckets": 2});
+        assert_eq!(create_table(&server, &token, spec).await.status(), 201);
+        let users = vec!["subject-alpha".to_owned(), format!("other-of-{table}")];
+        let notes = users.iter().map(|u| format!("{table} of {u}")).collect();
+        put(
+            &mut client,
+            &token,
+            &["app", table],
+            vec![batch(users, notes)],
+        )
+        .await
+        .unwrap();
+    }
+    // Fill both memtables (8 MiB each) so RocksDB flushes them, the subject's rows
+    // included, into SST files.
+    let mut noise = 0x2545_F491_4F6C_DD1Du64;
+    let mut letters = |n: usize| -> String {
+        (0..n)
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 7;
+                noise ^= noise << 17;
+                (b'a' + (noise % 26) as u8) as char
+            })
+            .collect()
+    };
+    for table in ["people", "contacts"] {
+        for round in 0..10 {
+            let users: Vec<String> = (0..16).map(|i| format!("filler-{round}-{i}")).collect();
+            let notes = users.iter().map(|_| letters(64 << 10)).collect();
+            put(
+                &mut client,
+                &token,
+                &["app", table],
+                vec![batch(users, notes)],
+            )
+            .await
+            .unwrap();
+        }
+    }
+    // Rows are stored in the arrow row format, which cuts strings into blocks: the
+    // bytes to look for are the value's encoding.
+    let state_holds = |literal: &str| {
+        let encoded = hotgate_store::state_bytes_of_string(literal).unwrap();
+        std::fs::read_dir(dir.path().join("state"))
+            .unwrap()
+            .flatten()
+            .any(|e| {
+                std::fs::read(e.path())
+                    .is_ok_and(|b| b.windows(encoded.len()).any(|w| w == encoded.as_slice()))
+            })
+    };
+    let start = std::time::Instant::now();
+    while !(state_holds("contacts of subject-alpha") && state_holds("people of subject-alpha")) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the memtables were never flushed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let (status, record) = http_json(
+        &server,
+        Method::POST,
+        "/v1/deletions",
+        &token,
+        Some(serde_json::json!({"tables": ["app.people"],
+            "predicate": "user_id = 'subject-alpha'", "subject": "case-pk"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{record}");
+    let shown = wait_for_state(&server, &token, record["id"].as_str().unwrap(), "verified").await;
+    assert_eq!(shown["receipt"]["keys_erased"], 1, "{shown}");
+    assert!(!state_holds("people of subject-alpha"));
+    // The other table's row, and its bytes, are untouched.
+    assert!(state_holds("contacts of subject-alpha"));
+    let rows = |batches: Vec<arrow_array::RecordBatch>| -> usize {
+        batches.iter().map(|b| b.num_rows()).sum()
+    };
+    let mut client = server.client().await;
+    let contacts = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.contacts", "lookup": [{"user_id": "subject-alpha"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(contacts), 1);
+    let people = get(
+        &mut client,
+        &token,
+        serde_json::json!({"table": "app.people",
+            "lookup": [{"user_id": "subject-alpha"}, {"user_id": "other-of-people"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(people), 1);
+    server.terminate();
+}
