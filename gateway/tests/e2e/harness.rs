@@ -15,7 +15,21 @@ use tonic::transport::Channel;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hotgate");
 
+/// A loopback address for a server a test starts. Ports come from below the kernel's
+/// ephemeral range (32768 and up), one after another within this process: a port the
+/// kernel hands out for a connection or a `:0` bind in the meantime can never be one of
+/// them, and two tests never get the same one. Each process starts at its own offset.
 pub fn free_addr() -> SocketAddr {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = 20_000 + (std::process::id() % 20) * 600;
+    for _ in 0..600 {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 600;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port as u16));
+        if TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
