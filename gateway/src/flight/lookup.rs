@@ -16,6 +16,9 @@ use crate::governance::Governance;
 use crate::planner::check_columns;
 use crate::ticket;
 
+/// Lookups of at most this many keys read RocksDB on the calling task.
+const INLINE_LOOKUP_KEYS: usize = 16;
+
 /// What a lookup's trailer reports.
 #[derive(Debug, serde::Serialize)]
 struct LookupResult {
@@ -55,10 +58,16 @@ pub(super) async fn lookup(
     };
     let keys = lookup_keys(governance, &table, &key_columns, &l.keys)?;
     let requested = l.keys.len();
-    let reader = Arc::clone(&table);
-    let found = tokio::task::spawn_blocking(move || reader.lookup(&keys))
-        .await
-        .map_err(|e| GatewayError::Internal(format!("lookup task failed: {e}")))??;
+    // A few keys are a few cached block reads: done in place, they cost less than the
+    // two thread handoffs of the blocking pool, which dominate a single-key lookup.
+    let found = if keys.num_rows() <= INLINE_LOOKUP_KEYS {
+        table.lookup(&keys)?
+    } else {
+        let reader = Arc::clone(&table);
+        tokio::task::spawn_blocking(move || reader.lookup(&keys))
+            .await
+            .map_err(|e| GatewayError::Internal(format!("lookup task failed: {e}")))??
+    };
     // Carry each row's request index through the view to learn which rows it hides.
     let mut index = Vec::with_capacity(found.rows.num_rows());
     let mut missing = found.missing.iter().peekable();
