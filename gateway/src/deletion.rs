@@ -512,6 +512,12 @@ impl Suppression {
         Ok(keep.iter().map(|k| k.map(|k| !k)).collect())
     }
 
+    /// [`Suppression::matches`] with a predicate failure as an internal error.
+    fn matching(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        self.matches(batch)
+            .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))
+    }
+
     /// `batch` without the suppressed rows.
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let keep = self
@@ -863,6 +869,27 @@ async fn apply_hot(state: &crate::state::GatewayState, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// The hot table `target` names, or `None` when it was dropped since (nothing left
+/// to delete there).
+fn target_table(
+    state: &crate::state::GatewayState,
+    target: &DeletionTarget,
+) -> Result<Option<(TableName, Arc<hotgate_store::HotTable>)>> {
+    let name = TableName::parse(&target.table)?;
+    Ok(state.store.table(&name).ok().map(|hot| (name, hot)))
+}
+
+/// Whether `def`'s table has a cold tier; if so, its Iceberg table is open.
+async fn cold_tier_open(state: &crate::state::GatewayState, def: &TableDef) -> Result<bool> {
+    if !def.tiering().enabled {
+        return Ok(false);
+    }
+    if !state.tierer.is_ready(def.name()) {
+        state.tierer.ensure_table(def).await?;
+    }
+    Ok(true)
+}
+
 /// Deletes `target`'s matching rows from the hot tier, adding to `receipt`. Log
 /// tables: every segment holding a match is rewritten without it. Primary-key tables:
 /// the keys of matching current rows are erased (`-D`, their whole changelog history,
@@ -874,8 +901,7 @@ async fn delete_hot(
     target: &DeletionTarget,
     receipt: &mut DeletionReceipt,
 ) -> Result<()> {
-    let name = TableName::parse(&target.table)?;
-    let Ok(hot) = state.store.table(&name) else {
+    let Some((_, hot)) = target_table(state, target)? else {
         return Ok(());
     };
     let def = hot.def();
@@ -907,16 +933,12 @@ async fn delete_cold(
     target: &DeletionTarget,
     receipt: &mut DeletionReceipt,
 ) -> Result<()> {
-    let name = TableName::parse(&target.table)?;
-    let Ok(hot) = state.store.table(&name) else {
+    let Some((_, hot)) = target_table(state, target)? else {
         return Ok(());
     };
     let def = hot.def();
-    if !def.tiering().enabled {
+    if !cold_tier_open(state, &def).await? {
         return Ok(());
-    }
-    if !state.tierer.is_ready(&name) {
-        state.tierer.ensure_table(&def).await?;
     }
     let suppression = Suppression::of_target(target, &def)?;
     let report = state
@@ -992,6 +1014,32 @@ fn step_fail_point(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Erases the history of `def`'s cold table ([`hotgate_tiering::Tierer::erase_history`]),
+/// adding to `receipt`. Reads of expired snapshots that outlast the wait are an error,
+/// so the caller retries later: their files are still there.
+async fn purge_cold(
+    state: &crate::state::GatewayState,
+    def: &TableDef,
+    receipt: &mut DeletionReceipt,
+) -> Result<()> {
+    let name = def.name();
+    let report = state.tierer.erase_history(def, PURGE_READ_WAIT).await?;
+    receipt
+        .refs_removed
+        .extend(report.refs_removed.iter().map(|r| format!("{name}:{r}")));
+    receipt.snapshots_expired += report.snapshots_expired;
+    receipt.cold_files_deleted += report.files_deleted;
+    receipt.cold_bytes_deleted += report.bytes_deleted;
+    if report.reads_waited_out > 0 {
+        return Err(GatewayError::Unavailable(format!(
+            "{name}: {} reads of expired snapshots are still streaming; their files \
+             are deleted when they end",
+            report.reads_waited_out
+        )));
+    }
+    Ok(())
+}
+
 /// `cold_applied → purged`: per table, every snapshot but the current one is expired
 /// and every ref but `main` removed, then, once no read streams from an expired
 /// snapshot, every file the current metadata does not reference is deleted.
@@ -1003,30 +1051,12 @@ async fn purge(state: &crate::state::GatewayState, id: &str) -> Result<()> {
     let started = std::time::Instant::now();
     let mut receipt = record.receipt.clone();
     for target in &record.targets {
-        let name = TableName::parse(&target.table)?;
-        let Ok(hot) = state.store.table(&name) else {
+        let Some((_, hot)) = target_table(state, target)? else {
             continue;
         };
         let def = hot.def();
-        if !def.tiering().enabled {
-            continue;
-        }
-        if !state.tierer.is_ready(&name) {
-            state.tierer.ensure_table(&def).await?;
-        }
-        let report = state.tierer.erase_history(&def, PURGE_READ_WAIT).await?;
-        receipt
-            .refs_removed
-            .extend(report.refs_removed.iter().map(|r| format!("{name}:{r}")));
-        receipt.snapshots_expired += report.snapshots_expired;
-        receipt.cold_files_deleted += report.files_deleted;
-        receipt.cold_bytes_deleted += report.bytes_deleted;
-        if report.reads_waited_out > 0 {
-            return Err(GatewayError::Unavailable(format!(
-                "{name}: {} reads of expired snapshots are still streaming; their files \
-                 are deleted when they end",
-                report.reads_waited_out
-            )));
+        if cold_tier_open(state, &def).await? {
+            purge_cold(state, &def, &mut receipt).await?;
         }
     }
     receipt.purge_millis = started.elapsed().as_millis() as u64;
@@ -1071,8 +1101,7 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
     let (mut hot_rows, mut cold_rows) = (0u64, 0u64);
     let (mut files, mut bytes, mut literals) = (0usize, 0u64, 0usize);
     for target in &record.targets {
-        let name = TableName::parse(&target.table)?;
-        let Ok(hot) = state.store.table(&name) else {
+        let Some((name, hot)) = target_table(state, target)? else {
             continue;
         };
         let def = hot.def();
@@ -1115,17 +1144,11 @@ async fn verify(state: &crate::state::GatewayState, id: &str) -> Result<()> {
             )));
         }
 
-        if def.tiering().enabled {
-            if !state.tierer.is_ready(&name) {
-                state.tierer.ensure_table(&def).await?;
-            }
+        if cold_tier_open(state, &def).await? {
             let (mut scanned, mut matched) = cold_matches(state, &name, &suppression).await?;
             if matched > 0 {
                 delete_cold(state, target, &mut receipt).await?;
-                let history = state.tierer.erase_history(&def, PURGE_READ_WAIT).await?;
-                receipt.snapshots_expired += history.snapshots_expired;
-                receipt.cold_files_deleted += history.files_deleted;
-                receipt.cold_bytes_deleted += history.bytes_deleted;
+                purge_cold(state, &def, &mut receipt).await?;
                 (scanned, matched) = cold_matches(state, &name, &suppression).await?;
             }
             cold_rows += scanned;
@@ -1198,10 +1221,7 @@ async fn hot_matches(
     let suppression = suppression.clone();
     tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
         let count = |batch: &RecordBatch| -> Result<u64> {
-            let hit = suppression
-                .matches(batch)
-                .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?;
-            Ok(hit.true_count() as u64)
+            Ok(suppression.matching(batch)?.true_count() as u64)
         };
         let (mut scanned, mut matched) = (0, 0);
         for item in hot.scan(&hotgate_store::ScanRequest::default())? {
@@ -1237,10 +1257,7 @@ async fn cold_matches(
     while let Some(batch) = futures::StreamExt::next(&mut stream).await {
         let batch = batch?;
         scanned += batch.num_rows() as u64;
-        matched += suppression
-            .matches(&batch)
-            .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?
-            .true_count() as u64;
+        matched += suppression.matching(&batch)?.true_count() as u64;
     }
     Ok((scanned, matched))
 }
@@ -1336,9 +1353,7 @@ async fn matching_keys(
     let mut found = Vec::new();
     while let Some(item) = rows.recv().await {
         let (_, batch) = item?;
-        let hit = suppression
-            .matches(&batch)
-            .map_err(|e| GatewayError::Internal(format!("deletion predicate: {e}")))?;
+        let hit = suppression.matching(&batch)?;
         let matched = arrow_select::filter::filter_record_batch(&batch, &hit)?;
         let indices = key_columns
             .iter()
