@@ -71,6 +71,19 @@ async fn cold_c3_ids(dir: &std::path::Path) -> Vec<i64> {
     ids
 }
 
+/// Files a deletion request (`POST /v1/deletions`) and returns the accepted record;
+/// anything but a 202 fails the test.
+pub(crate) async fn file_deletion(
+    server: &Server,
+    token: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let (status, record) =
+        http_json(server, Method::POST, "/v1/deletions", token, Some(body)).await;
+    assert_eq!(status, 202, "{record}");
+    record
+}
+
 /// Polls `GET /v1/deletions/{id}` until the request is in `state` or a later one.
 pub(crate) async fn wait_for_state(
     server: &Server,
@@ -160,18 +173,13 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
 
     // Accepted: durable, the subject only as an HMAC, and the rows hidden at once in
     // both tiers, whatever the read.
-    let (status, record) = http_json(
+    let record = file_deletion(
         &server,
-        Method::POST,
-        "/v1/deletions",
         &token,
-        Some(
-            serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+        serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
             "subject": "case-4711", "reason": "erasure request"}),
-        ),
     )
     .await;
-    assert_eq!(status, 202, "{record}");
     assert_eq!(record["state"], "accepted");
     let id = record["id"].as_str().unwrap().to_owned();
     assert_eq!(record["subject_hmac"].as_str().unwrap().len(), 64);
@@ -324,18 +332,13 @@ async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
         assert!(start.elapsed() < std::time::Duration::from_secs(30));
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let (status, record) = http_json(
+    let record = file_deletion(
         &server,
-        Method::POST,
-        "/v1/deletions",
         &token,
-        Some(
-            serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+        serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
             "subject": "case-race"}),
-        ),
     )
     .await;
-    assert_eq!(status, 202, "{record}");
 
     // Read again and again through the rest of the cycle and after its commit.
     let kept: Vec<i64> = (0..100).filter(|i| i % 5 != 3).collect();
@@ -392,16 +395,13 @@ async fn a_deletion_killed_in_each_state_resumes_and_verifies() {
             http,
             &[("FAILPOINTS", held.as_str()), FAST_TICK[0]],
         );
-        let (status, record) = http_json(
+        let record = file_deletion(
             &server,
-            Method::POST,
-            "/v1/deletions",
             &token,
-            Some(serde_json::json!({"tables": ["app.events"],
-                "predicate": format!("customer = 'c{customer}'"), "subject": "case-crash"})),
+            serde_json::json!({"tables": ["app.events"],
+                "predicate": format!("customer = 'c{customer}'"), "subject": "case-crash"}),
         )
         .await;
-        assert_eq!(status, 202, "{record}");
         let id = record["id"].as_str().unwrap().to_owned();
         let shown = wait_for_state(&server, &token, &id, state).await;
         // Held there: the next step keeps failing at its fail point.
@@ -540,16 +540,13 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 
-    let (status, record) = http_json(
+    let record = file_deletion(
         &server,
-        Method::POST,
-        "/v1/deletions",
         &token,
-        Some(serde_json::json!({"tables": ["app.people"],
-            "predicate": "user_id = 'subject-alpha'", "subject": "case-pk"})),
+        serde_json::json!({"tables": ["app.people"],
+            "predicate": "user_id = 'subject-alpha'", "subject": "case-pk"}),
     )
     .await;
-    assert_eq!(status, 202, "{record}");
     let shown = wait_for_state(&server, &token, record["id"].as_str().unwrap(), "verified").await;
     assert_eq!(shown["receipt"]["keys_erased"], 1, "{shown}");
     assert!(!state_holds("people of subject-alpha"));

@@ -125,18 +125,13 @@ async fn exactly_once_on_an_s3_warehouse() {
     let deployment = last.unwrap();
     let server = deployment.start(free_addr(), free_addr(), &crate::tiering::FAST_TICK);
     let token = server.token("alice", &["analyst"]);
-    let (status, record) = http_json(
+    let record = crate::deletion::file_deletion(
         &server,
-        reqwest::Method::POST,
-        "/v1/deletions",
         &token,
-        Some(
-            serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
+        serde_json::json!({"tables": ["app.events"], "predicate": "customer = 'c3'",
             "subject": "case-s3"}),
-        ),
     )
     .await;
-    assert_eq!(status, 202, "{record}");
     let shown = crate::deletion::wait_for_state(
         &server,
         &token,
