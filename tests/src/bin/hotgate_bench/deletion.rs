@@ -21,7 +21,7 @@ use arrow_array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArra
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hotgate_gateway::Config;
 
-use crate::{BenchResult, connect, create_tables, free_addr, put_all, wait_healthy};
+use crate::{BenchResult, connect, create_tables, put_all};
 
 const USERS: usize = 20_000;
 const SESSIONS: usize = 2_000;
@@ -202,27 +202,10 @@ pub async fn deletion() -> BenchResult<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2048);
-    let dir = tempfile::tempdir()?;
-    let mut config = Config {
-        data_dir: dir.path().to_path_buf(),
-        flight_addr: free_addr(),
-        http_addr: free_addr(),
-        ..Config::default()
-    };
     // Tiering runs only when the bench asks: the table's size is then known exactly.
-    config.tiering.scheduler = false;
-    std::fs::write(
-        dir.path().join("grants.json"),
-        serde_json::to_vec(&crate::bench_grants())?,
-    )?;
-    let issuer = hotgate_gateway::server::embedded_issuer(&config)?;
-    let token = issuer.mint("root", &["admin".into()], Duration::from_secs(7200))?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
-        let _ = stop_rx.await;
-    }));
-    wait_healthy(&config).await?;
-    create_tables(&config, &token, &[spec()]).await?;
+    let gateway = crate::start_gateway_with(|config| config.tiering.scheduler = false).await?;
+    let (config, token) = (&gateway.config, gateway.token.as_str());
+    create_tables(config, token, &[spec()]).await?;
 
     // Fill: one round of 32 batches, tiered, gives the Parquet bytes per row; the
     // rest goes in rounds of 32 batches and is tiered once at the end, so each bucket
@@ -236,7 +219,7 @@ pub async fn deletion() -> BenchResult<()> {
         http_json(
             reqwest::Method::POST,
             format!("http://{}/v1/tables/bench.erase/tier", config.http_addr),
-            &token,
+            token,
             None,
         )
         .await
@@ -248,11 +231,11 @@ pub async fn deletion() -> BenchResult<()> {
             batches.push(batch(next_id, &mut noise, day_start)?);
             next_id += ROWS_PER_BATCH as i64;
         }
-        put_all(&mut client, &token, ["bench", "erase"], batches).await?;
+        put_all(&mut client, token, ["bench", "erase"], batches).await?;
         rounds += 1;
         if rounds == 1 {
             tier().await?;
-            let per_row = cold_bytes(&config, &token).await? as f64 / next_id as f64;
+            let per_row = cold_bytes(config, token).await? as f64 / next_id as f64;
             wanted_rows = ((target_mb << 20) as f64 / per_row.max(1.0)).ceil() as i64;
         }
     }
@@ -260,18 +243,12 @@ pub async fn deletion() -> BenchResult<()> {
     println!(
         "{}",
         serde_json::json!({"bench": "deletion_fill", "rows": next_id, "rounds": rounds,
-            "cold_bytes": cold_bytes(&config, &token).await?,
+            "cold_bytes": cold_bytes(config, token).await?,
             "fill_s": fill_started.elapsed().as_secs_f64()})
     );
 
-    let by_key = delete(&config, &token, "bucket_key", "user_id = 'u-004242'".into()).await?;
-    let by_other = delete(
-        &config,
-        &token,
-        "other_column",
-        "session = 's-000777'".into(),
-    )
-    .await?;
+    let by_key = delete(config, token, "bucket_key", "user_id = 'u-004242'".into()).await?;
+    let by_other = delete(config, token, "other_column", "session = 's-000777'".into()).await?;
     println!(
         "{}",
         serde_json::json!({"bench": "deletion_summary",
@@ -282,7 +259,7 @@ pub async fn deletion() -> BenchResult<()> {
             "bucket_key_accepted_to_verified_ms": by_key["accepted_to_verified_ms"],
             "other_column_accepted_to_verified_ms": by_other["accepted_to_verified_ms"]})
     );
-    let _ = stop_tx.send(());
-    server.await??;
+    let _ = gateway.stop.send(());
+    gateway.task.await??;
     Ok(())
 }

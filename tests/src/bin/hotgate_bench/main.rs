@@ -562,6 +562,12 @@ struct Gateway {
 }
 
 async fn start_gateway(audit: bool) -> BenchResult<Gateway> {
+    start_gateway_with(|config| config.audit.enabled = audit).await
+}
+
+/// [`start_gateway`] with the configuration adjusted by `configure` (addresses and the
+/// data dir are set before it runs).
+async fn start_gateway_with(configure: impl FnOnce(&mut Config)) -> BenchResult<Gateway> {
     let dir = tempfile::tempdir()?;
     let mut config = Config {
         data_dir: dir.path().to_path_buf(),
@@ -569,13 +575,14 @@ async fn start_gateway(audit: bool) -> BenchResult<Gateway> {
         http_addr: free_addr(),
         ..Config::default()
     };
-    config.audit.enabled = audit;
+    configure(&mut config);
     std::fs::write(
         dir.path().join("grants.json"),
         serde_json::to_vec(&bench_grants())?,
     )?;
     let issuer = hotgate_gateway::server::embedded_issuer(&config)?;
-    let token = issuer.mint("root", &["admin".into()], Duration::from_secs(3600))?;
+    // Two hours: the longest bench (a large `deletion`) must not outlive its token.
+    let token = issuer.mint("root", &["admin".into()], Duration::from_secs(7200))?;
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
         let _ = stop_rx.await;
