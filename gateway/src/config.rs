@@ -31,6 +31,34 @@ pub struct Config {
     pub catalog: Option<hotgate_tiering::CatalogConfig>,
     pub tiering: TieringConfig,
     pub deletion: DeletionConfig,
+    pub store: StoreConfig,
+}
+
+/// The hot store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Memory (MiB) for the current rows of primary-key tables, which serve lookups;
+    /// writes fill it and it evicts the least used rows beyond this. 0 turns it off and
+    /// lookups read RocksDB alone.
+    pub state_cache_mb: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            state_cache_mb: hotgate_store::DEFAULT_STATE_CACHE_BYTES >> 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    pub fn options(&self) -> hotgate_store::StoreOptions {
+        hotgate_store::StoreOptions {
+            state_cache_bytes: self.state_cache_mb.saturating_mul(1 << 20),
+            ..hotgate_store::StoreOptions::default()
+        }
+    }
 }
 
 /// Compliance deletion requests.
@@ -222,6 +250,7 @@ impl Default for Config {
             catalog: None,
             tiering: TieringConfig::default(),
             deletion: DeletionConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -328,6 +357,11 @@ impl Config {
                     self.tiering.maintenance_interval = duration(&value)?
                 }
                 "DELETION_TIME_BOUND" => self.deletion.time_bound = duration(&value)?,
+                "STORE_STATE_CACHE_MB" => {
+                    self.store.state_cache_mb = value.parse().map_err(|_| {
+                        ConfigError(format!("{key}={value:?} is not a whole number of MiB"))
+                    })?
+                }
                 _ => {
                     return Err(ConfigError(format!(
                         "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
@@ -339,7 +373,7 @@ impl Config {
                          HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
                          HOTGATE_AUDIT_KEY_FILE, HOTGATE_TIERING_SCHEDULER, HOTGATE_TIERING_TICK, \
                          HOTGATE_TIERING_MAINTENANCE_INTERVAL, HOTGATE_DELETION_TIME_BOUND, \
-                         HOTGATE_LOG, HOTGATE_TOKEN"
+                         HOTGATE_STORE_STATE_CACHE_MB, HOTGATE_LOG, HOTGATE_TOKEN"
                     )));
                 }
             }

@@ -26,6 +26,7 @@ pub struct GatewayMetrics {
     group_commit_frames: Histogram,
     deletions: IntGaugeVec,
     deletions_overdue: IntGauge,
+    state_cache_bytes: IntGauge,
     /// The store snapshot last exported, so counters advance by the difference.
     last: Mutex<MetricsSnapshot>,
 }
@@ -86,6 +87,14 @@ impl GatewayMetrics {
             "Deletion requests past their time bound and not verified",
         )
         .unwrap_or_else(|e| panic!("metric: {e}"));
+        let state_cache_bytes = IntGauge::new(
+            "hotgate_state_cache_bytes",
+            "Memory held by the cached current rows of primary-key tables",
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        registry
+            .register(Box::new(state_cache_bytes.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
         registry
             .register(Box::new(deletions.clone()))
             .unwrap_or_else(|e| panic!("metric: {e}"));
@@ -126,6 +135,7 @@ impl GatewayMetrics {
             group_commit_frames,
             deletions,
             deletions_overdue,
+            state_cache_bytes,
             last: Mutex::new(MetricsSnapshot::default()),
         }
     }
@@ -140,6 +150,8 @@ impl GatewayMetrics {
                 .set(by_state.get(&state).copied().unwrap_or(0) as i64);
         }
         self.deletions_overdue.set(overdue as i64);
+        self.state_cache_bytes
+            .set(i64::try_from(store.state_cache_bytes()).unwrap_or(i64::MAX));
         let now = store.metrics().snapshot();
         {
             let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 use hotgate_policy::{EmbeddedIssuer, JwtValidator};
-use hotgate_store::{Store, StoreOptions};
+use hotgate_store::Store;
 use hotgate_tiering::{Catalog, Tierer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -119,7 +119,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let store = Arc::new(Store::open(&config.data_dir, StoreOptions::default())?);
+    let store = Arc::new(Store::open(&config.data_dir, config.store.options())?);
     let catalog = Catalog::open(config.catalog_config()).await?;
     let tierer = Arc::new(Tierer::new(catalog));
     for hot in store.tables() {

@@ -37,7 +37,7 @@ pub struct TicketJson {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buckets: Option<Vec<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lookup: Option<Vec<serde_json::Value>>,
+    pub lookup: Option<LookupKeys>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changelog: Option<ChangelogJson>,
 }
@@ -61,6 +61,49 @@ pub enum FromJson {
 
 fn earliest() -> FromJson {
     FromJson::Named("earliest".into())
+}
+
+/// The keys of a lookup as the ticket wrote them: a JSON array, kept raw so that many
+/// keys are decoded once, straight into Arrow, instead of into a JSON tree first.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct LookupKeys {
+    raw: Box<serde_json::value::RawValue>,
+    #[serde(skip)]
+    len: usize,
+}
+
+impl LookupKeys {
+    /// How many keys the lookup asks for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Each key's JSON text, in request order.
+    pub fn elements(&self) -> Vec<&serde_json::value::RawValue> {
+        // The array was checked when the ticket was decoded.
+        serde_json::from_str(self.raw.get()).unwrap_or_default()
+    }
+}
+
+impl PartialEq for LookupKeys {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw.get() == other.raw.get()
+    }
+}
+
+impl<'de> Deserialize<'de> for LookupKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let len = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(raw.get())
+            .map_err(|_| serde::de::Error::custom("lookup must be an array of key objects"))?
+            .len();
+        Ok(Self { raw, len })
+    }
 }
 
 /// Most keys one lookup may ask for.
@@ -139,7 +182,7 @@ pub enum ChangelogStart {
 pub struct Lookup {
     pub table: TableName,
     /// One JSON object of key column values per key, in request order.
-    pub keys: Vec<serde_json::Value>,
+    pub keys: LookupKeys,
     pub columns: Option<Vec<String>>,
 }
 
@@ -302,8 +345,19 @@ mod tests {
             c.from,
             ChangelogStart::Offsets([("3".to_owned(), 17)].into())
         );
-        let c = parse(br#"{"table":"app.kv","lookup":[{"k":1}],"columns":["v"]}"#).unwrap();
+        let c = parse(br#"{"table":"app.kv","lookup":[{"k":1}, {"k":2}],"columns":["v"]}"#)
+            .unwrap();
         assert_eq!(c.columns(), Some(&["v".to_owned()][..]));
+        let Command::Lookup(l) = c else {
+            panic!("not a lookup")
+        };
+        assert_eq!(l.keys.len(), 2);
+        let keys: Vec<&str> = l.keys.elements().iter().map(|k| k.get()).collect();
+        assert_eq!(keys, [r#"{"k":1}"#, r#"{"k":2}"#]);
+        let err = parse(br#"{"table":"app.kv","lookup":{"k":1}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lookup must be an array"), "{err}");
         let err = parse(br#"{"table":"app.kv","lookup":[{"k":1}],"limit":3}"#)
             .unwrap_err()
             .to_string();

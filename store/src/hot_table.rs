@@ -332,20 +332,9 @@ impl HotTable {
     pub fn lookup(&self, keys: &RecordBatch) -> Result<Lookup> {
         let pk = self.pk()?;
         let input = key_columns(&self.def(), keys, "lookup")?;
-        let (_, encoded) = self.keys_of(pk, &input)?;
-        let values = pk.get_many(&encoded)?;
-        let mut missing = Vec::new();
-        let mut found = Vec::with_capacity(values.len());
-        for (i, v) in values.iter().enumerate() {
-            match v {
-                Some(v) => found.push(v.as_slice()),
-                None => missing.push(i as u64),
-            }
-        }
-        Ok(Lookup {
-            rows: pk.decode_rows(found)?,
-            missing,
-        })
+        let (buckets, encoded) = self.keys_of(pk, &input)?;
+        let (rows, missing) = pk.lookup_rows(&buckets, &encoded)?;
+        Ok(Lookup { rows, missing })
     }
 
     /// The current rows of a primary-key table, bucket by bucket in key order.

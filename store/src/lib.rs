@@ -23,6 +23,7 @@ pub mod pk;
 mod rewrite;
 mod scan;
 mod segment;
+mod state_cache;
 mod store;
 mod sync;
 pub mod table;
@@ -42,7 +43,7 @@ pub use scan::{
     BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch, Tail,
     change_meta_fields,
 };
-pub use store::{Store, StoreOptions, write_file_durable};
+pub use store::{DEFAULT_STATE_CACHE_BYTES, Store, StoreOptions, write_file_durable};
 pub use table::{
     ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, UTC, WriteRule,
 };

@@ -29,6 +29,7 @@ use rocksdb::{
 };
 
 use crate::error::{Result, StoreError};
+use crate::state_cache::{StateCache, TableCache};
 use crate::table::{TableDef, TableKind};
 
 /// The changelog column of a primary-key table's log.
@@ -87,6 +88,8 @@ const MEMTABLE_BYTES: usize = 8 << 20;
 /// The store's one RocksDB: a column family per primary-key table.
 pub struct StateDb {
     db: Db,
+    /// Current rows in memory, shared by every table, in front of `db` for lookups.
+    cache: Arc<StateCache>,
     /// Column family options: tuned for point lookups (whole-key Bloom filters, hashed
     /// data-block index, one shared block cache), while keeping ordered bucket scans.
     cf_options: Options,
@@ -105,8 +108,9 @@ fn rocks(what: &str, e: rocksdb::Error) -> StoreError {
 }
 
 impl StateDb {
-    /// Opens (creating) the RocksDB at `path` with every column family it has.
-    pub fn open(path: &Path) -> Result<Arc<Self>> {
+    /// Opens (creating) the RocksDB at `path` with every column family it has, with a
+    /// state cache of `cache_bytes` (0: none).
+    pub fn open(path: &Path, cache_bytes: u64) -> Result<Arc<Self>> {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
@@ -126,7 +130,16 @@ impl StateDb {
             .iter()
             .map(|n| ColumnFamilyDescriptor::new(n, cf_options.clone()));
         let db = Db::open_cf_descriptors(&options, path, cfs).map_err(|e| rocks("open", e))?;
-        Ok(Arc::new(Self { db, cf_options }))
+        Ok(Arc::new(Self {
+            db,
+            cache: Arc::new(StateCache::new(cache_bytes)),
+            cf_options,
+        }))
+    }
+
+    /// Bytes held by the state cache.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.weight()
     }
 
     fn cf(&self, name: &str) -> Result<Arc<BoundColumnFamily<'_>>> {
@@ -183,6 +196,7 @@ pub fn state_bytes_of_string(value: &str) -> Result<Vec<u8>> {
 /// One primary-key table's state.
 pub struct PkState {
     db: Arc<StateDb>,
+    cache: TableCache,
     cf_name: String,
     key_indices: Vec<usize>,
     keys: RowConverter,
@@ -263,6 +277,7 @@ impl PkState {
         let cf_name = def.name().to_string();
         db.cf(&cf_name)?;
         Ok(Self {
+            cache: db.cache.table(def.buckets()),
             db,
             cf_name,
             key_indices,
@@ -462,6 +477,122 @@ impl PkState {
         }
     }
 
+    /// The current rows of `keys` (of `buckets[i]` each), in order, with the indices of
+    /// the keys that have no row. Rows come from the state cache where it has them, the
+    /// rest from one batched RocksDB `MultiGet`; see [`crate::state_cache`] for why a
+    /// lookup never shows half of a bucket's write.
+    pub(crate) fn lookup_rows(
+        &self,
+        buckets: &[u32],
+        keys: &[Vec<u8>],
+    ) -> Result<(RecordBatch, Vec<u64>)> {
+        let cf = self.db.cf(&self.cf_name)?;
+        if !self.cache.enabled() {
+            let values = self.db.db.batched_multi_get_cf(&cf, keys, false);
+            let values = values
+                .iter()
+                .map(|v| match v {
+                    Ok(v) => Ok(v.as_deref()),
+                    Err(e) => Err(rocks("multi_get", e.clone())),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return self.decode_found(values);
+        }
+        // Request indices per bucket, buckets in first-seen order.
+        let mut by_bucket: Vec<(u32, Vec<usize>)> = Vec::new();
+        for (i, b) in buckets.iter().enumerate() {
+            match by_bucket.iter_mut().find(|(bucket, _)| bucket == b) {
+                Some((_, idx)) => idx.push(i),
+                None => by_bucket.push((*b, vec![i])),
+            }
+        }
+        let mut cached: Vec<Option<Arc<[u8]>>> = vec![None; keys.len()];
+        let mut probes = Vec::with_capacity(by_bucket.len());
+        let mut misses: Vec<usize> = Vec::new();
+        for (bucket, idx) in &by_bucket {
+            let mut hits = 0;
+            let mut slots = idx.iter();
+            let probe = self
+                .cache
+                .probe(*bucket, idx.iter().map(|i| keys[*i].as_slice()), |v| {
+                    if let Some(&i) = slots.next() {
+                        hits += usize::from(v.is_some());
+                        match v {
+                            Some(v) => cached[i] = Some(v),
+                            None => misses.push(i),
+                        }
+                    }
+                });
+            probes.push((probe, hits));
+        }
+        misses.sort_unstable();
+        let fetched = self
+            .db
+            .db
+            .batched_multi_get_cf(&cf, misses.iter().map(|i| &keys[*i]), false);
+        let mut fetched_at: Vec<Option<usize>> = vec![None; keys.len()];
+        for (n, i) in misses.iter().enumerate() {
+            fetched_at[*i] = Some(n);
+        }
+        // Buckets whose cached rows and fetched rows may straddle a write: read again,
+        // whole, from RocksDB alone.
+        let mut reread: Vec<usize> = Vec::new();
+        for ((bucket, idx), (probe, hits)) in by_bucket.iter().zip(&probes) {
+            let rows = idx.iter().filter_map(|i| {
+                let v = fetched[fetched_at[*i]?].as_ref().ok()?.as_deref()?;
+                Some((keys[*i].as_slice(), v))
+            });
+            if !self.cache.settle(*bucket, probe, rows) && *hits > 0 {
+                reread.extend(idx);
+            }
+        }
+        reread.sort_unstable();
+        let again = self
+            .db
+            .db
+            .batched_multi_get_cf(&cf, reread.iter().map(|i| &keys[*i]), false);
+        let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(keys.len());
+        let mut again_at = reread.iter().zip(&again).peekable();
+        for (i, hit) in cached.iter().enumerate() {
+            let slot = match again_at.peek() {
+                Some((j, v)) if **j == i => {
+                    let v = *v;
+                    again_at.next();
+                    v
+                }
+                _ => match (hit, fetched_at[i]) {
+                    (Some(v), _) => {
+                        values.push(Some(v));
+                        continue;
+                    }
+                    (None, Some(n)) => &fetched[n],
+                    (None, None) => {
+                        values.push(None);
+                        continue;
+                    }
+                },
+            };
+            match slot {
+                Ok(v) => values.push(v.as_deref()),
+                Err(e) => return Err(rocks("multi_get", e.clone())),
+            }
+        }
+        self.decode_found(values)
+    }
+
+    /// Decodes the rows of a lookup, noting the indices of keys without one.
+    fn decode_found(&self, values: Vec<Option<&[u8]>>) -> Result<(RecordBatch, Vec<u64>)> {
+        let mut missing = Vec::new();
+        let mut found = Vec::with_capacity(values.len());
+        for (i, v) in values.into_iter().enumerate() {
+            match v {
+                Some(v) => found.push(v),
+                None => missing.push(i as u64),
+            }
+        }
+        Ok((self.decode_rows(found)?, missing))
+    }
+
     /// The current values of `keys`, in order (one batched RocksDB `MultiGet`).
     pub(crate) fn get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
         let cf = self.db.cf(&self.cf_name)?;
@@ -552,10 +683,12 @@ impl PkState {
         batch.put_cf(&meta, self.applied_key(bucket), applied.to_be_bytes());
         let mut options = WriteOptions::default();
         options.disable_wal(true);
-        self.db
-            .db
-            .write_opt(batch, &options)
-            .map_err(|e| rocks("write", e))
+        self.cache.write_through(bucket, writes, || {
+            self.db
+                .db
+                .write_opt(batch, &options)
+                .map_err(|e| rocks("write", e))
+        })
     }
 
     pub(crate) fn apply_changes(
@@ -647,7 +780,7 @@ mod tests {
     #[test]
     fn a_damaged_value_is_corrupt_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
+        let db = StateDb::open(dir.path(), 1 << 20).unwrap();
         let spec: TableSpec = serde_json::from_value(serde_json::json!({
             "namespace": "app", "name": "kv",
             "columns": [

@@ -21,9 +21,24 @@ use crate::table::{TableDef, TableKind, TableName, TableSpec};
 const DEF_FILE: &str = "table.json";
 
 /// Options of a store; the defaults suit production.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreOptions {
     pub log: LogOptions,
+    /// Memory for the current rows of primary-key tables, which serve lookups (0: none;
+    /// lookups then read RocksDB alone).
+    pub state_cache_bytes: u64,
+}
+
+/// The default state cache: 256 MiB, about 1.5 million rows of 100 bytes.
+pub const DEFAULT_STATE_CACHE_BYTES: u64 = 256 << 20;
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            log: LogOptions::default(),
+            state_cache_bytes: DEFAULT_STATE_CACHE_BYTES,
+        }
+    }
 }
 
 /// The hot tier of every table under one data directory.
@@ -42,6 +57,7 @@ pub struct Store {
 /// store's one RocksDB under `<root>/state`, opened on first use.
 fn state_for(
     root: &Path,
+    options: &StoreOptions,
     slot: &std::sync::Mutex<Option<Arc<StateDb>>>,
     def: &TableDef,
 ) -> Result<Option<Arc<StateDb>>> {
@@ -52,12 +68,19 @@ fn state_for(
     if let Some(db) = slot.as_ref() {
         return Ok(Some(Arc::clone(db)));
     }
-    let db = StateDb::open(&root.join("state"))?;
+    let db = StateDb::open(&root.join("state"), options.state_cache_bytes)?;
     *slot = Some(Arc::clone(&db));
     Ok(Some(db))
 }
 
 impl Store {
+    /// Bytes held by the state cache of primary-key tables (0 before the first one).
+    pub fn state_cache_bytes(&self) -> u64 {
+        crate::sync::lock(&self.state)
+            .as_ref()
+            .map_or(0, |db| db.cache_bytes())
+    }
+
     /// Opens the store in `root`, creating it if needed, and recovers every table.
     /// Must be called inside a Tokio runtime: each log gets a writer task.
     pub fn open(root: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
@@ -82,7 +105,7 @@ impl Store {
                 let def = TableDef::new(spec)
                     .map_err(|e| StoreError::corrupt(&def_path, e.to_string()))?;
                 let name = def.name().clone();
-                let db = state_for(&root, &state, &def)?;
+                let db = state_for(&root, &options, &state, &def)?;
                 let table = HotTable::open(
                     def,
                     table_dir,
@@ -128,7 +151,7 @@ impl Store {
             .map_err(|e| StoreError::InvalidDefinition(e.to_string()))?;
         write_file_durable(&dir.join(DEF_FILE), &json)?;
         let name = def.name().clone();
-        let db = state_for(&self.root, &self.state, &def)?;
+        let db = state_for(&self.root, &self.options, &self.state, &def)?;
         let table = HotTable::open(
             def,
             dir,

@@ -302,24 +302,32 @@ fn new_query_id() -> String {
 }
 
 /// SHA-256 (hex) of the request in a normal form: JSON with object keys sorted and no
-/// whitespace when it parses as JSON, the raw bytes otherwise.
+/// whitespace when it parses as JSON, the raw bytes otherwise. `serde_json`'s map is
+/// ordered by key (its `preserve_order` feature is off, which the test below checks), so
+/// writing the parsed value out is the normal form; it streams into the hash.
 pub fn query_digest(bytes: &[u8]) -> String {
-    let normal = serde_json::from_slice::<serde_json::Value>(bytes)
-        .ok()
-        .map(|v| sorted(v).to_string().into_bytes());
-    hex::encode(Sha256::digest(normal.as_deref().unwrap_or(bytes)))
+    let mut hasher = HashWriter(Sha256::new());
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v) if serde_json::to_writer(&mut hasher, &v).is_ok() => {}
+        _ => {
+            hasher = HashWriter(Sha256::new());
+            hasher.0.update(bytes);
+        }
+    }
+    hex::encode(hasher.0.finalize())
 }
 
-fn sorted(v: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match v {
-        Value::Object(map) => {
-            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
+/// Feeds what is written into a SHA-256.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -329,9 +337,11 @@ mod tests {
 
     #[test]
     fn digests_ignore_key_order_and_spacing_but_not_values() {
-        let a = query_digest(br#"{"table":"s.t","filter":"ssn = '123'"}"#);
-        let b = query_digest(br#"{ "filter": "ssn = '123'", "table": "s.t" }"#);
-        let c = query_digest(br#"{"table":"s.t","filter":"ssn = '124'"}"#);
+        let a = query_digest(br#"{"table":"s.t","filter":"ssn = '123'","lookup":[{"b":1,"a":2}]}"#);
+        let b = query_digest(
+            br#"{ "lookup": [ {"a":2, "b":1} ], "filter": "ssn = '123'", "table": "s.t" }"#,
+        );
+        let c = query_digest(br#"{"table":"s.t","filter":"ssn = '124'","lookup":[{"b":1,"a":2}]}"#);
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 64);

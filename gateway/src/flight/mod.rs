@@ -162,7 +162,14 @@ impl HotgateFlight {
             }
             Command::Lookup(l) => {
                 let suppression = self.state.deletions.suppression(table.def().name());
-                lookup(&self.state.governance, table, &view, l, suppression).await?
+                lookup(
+                    &self.state.governance,
+                    table,
+                    Arc::clone(&view),
+                    l,
+                    suppression,
+                )
+                .await?
             }
         };
         audit.set_view(&view, &opened.schema);
@@ -654,7 +661,7 @@ impl PutAcks {
 fn with_metadata(
     schema: SchemaRef,
     batches: BoxStream<'static, std::result::Result<RecordBatch, FlightError>>,
-    metadata: bytes::Bytes,
+    metadata: Arc<std::sync::OnceLock<bytes::Bytes>>,
 ) -> BoxStream<'static, std::result::Result<FlightData, FlightError>> {
     futures::stream::once(async move {
         let mut data: Vec<FlightData> = FlightDataEncoderBuilder::new()
@@ -670,7 +677,7 @@ fn with_metadata(
             )?;
         }
         if let Some(last) = data.last_mut() {
-            last.app_metadata = metadata;
+            last.app_metadata = metadata.get().cloned().unwrap_or_default();
         }
         Ok::<_, FlightError>(futures::stream::iter(data.into_iter().map(Ok)))
     })
@@ -757,8 +764,9 @@ pub(crate) struct OpenedRead {
     pub(crate) batches: BatchStream,
     /// The audit and metrics name of the read.
     pub(crate) kind: &'static str,
-    /// `app_metadata` of the result's one batch message (a lookup's missing keys).
-    pub(crate) trailer: Option<bytes::Bytes>,
+    /// `app_metadata` of the result's one batch message (a lookup's missing keys), set
+    /// by the batch stream before it ends.
+    pub(crate) trailer: Option<Arc<std::sync::OnceLock<bytes::Bytes>>>,
 }
 
 /// The command of a DoPut descriptor: `{"table":"ns.t","op":"upsert"|"delete"}`.

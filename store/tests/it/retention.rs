@@ -21,6 +21,7 @@ async fn untiered_segments_stay_until_the_watermark_passes_them() {
             segment_bytes: 1,
             ..LogOptions::default()
         },
+        ..StoreOptions::default()
     };
     let store = Store::open(dir.path(), options.clone()).unwrap();
     store.create_table(events_spec(1)).await.unwrap();

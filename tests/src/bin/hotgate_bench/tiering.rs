@@ -220,6 +220,7 @@ async fn simulated_day(
             clock: Clock::from_fn(move || read.load(Ordering::Relaxed)),
             ..LogOptions::default()
         },
+        ..StoreOptions::default()
     };
     let store = Store::open(dir.path().join("hot"), options)?;
     let hot = store
