@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 
 use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
-use crate::segment::{FrameMeta, HEADER_LEN, parse_segment_file_name, read_frame};
+use crate::segment::{FrameMeta, HEADER_LEN, is_preallocated, parse_segment_file_name, read_frame};
 use crate::table::{TableDef, TableName, TableSpec};
 
 /// One frame of a log, in storage order, as found on disk.
@@ -125,6 +125,10 @@ fn inspect_log(
             if whole_header {
                 file.read_exact_at(&mut h, pos)
                     .map_err(|e| StoreError::io(path, e))?;
+            }
+            // The writer's preallocated space: the frames end here.
+            if whole_header && is_preallocated(&h) {
+                break;
             }
             let (meta, _) = FrameMeta::parse(pos, &h);
             // Past the durable end a writer may be mid-frame: not ours to judge.

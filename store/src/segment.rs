@@ -188,15 +188,23 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
 #[derive(Debug)]
 pub(crate) struct ScannedSegment {
     pub frames: Vec<FrameMeta>,
-    /// Length of the valid prefix; anything after it is a torn or corrupt tail.
+    /// Length of the valid prefix; anything after it is a torn or corrupt tail, or
+    /// preallocated zeros.
     pub valid_len: u64,
     /// Why scanning stopped early, if it did.
     pub tail_problem: Option<String>,
 }
 
+/// Whether a frame header is all zeros: the start of the space the log writer
+/// preallocates after the last frame, never a frame (a frame has at least one row).
+pub(crate) fn is_preallocated(header: &[u8; HEADER_LEN]) -> bool {
+    header.iter().all(|b| *b == 0)
+}
+
 /// Reads every frame header of a segment. With `verify_crc`, each frame's payload is read
 /// and checked too (recovery of the active segment); otherwise only the headers' structure
-/// is checked. Scanning stops at the first frame that fails.
+/// is checked. Scanning stops at the first frame that fails, or at
+/// preallocated space (an all-zero header), which is a clean end.
 pub(crate) fn scan_segment(
     file: &File,
     path: &Path,
@@ -213,6 +221,13 @@ pub(crate) fn scan_segment(
             break None;
         }
         if len - pos < HEADER_LEN as u64 {
+            let mut rest = [0u8; HEADER_LEN];
+            let rest = &mut rest[..(len - pos) as usize];
+            file.read_exact_at(rest, pos)
+                .map_err(|e| StoreError::io(path, e))?;
+            if rest.iter().all(|b| *b == 0) {
+                break None;
+            }
             break Some(format!(
                 "{} trailing bytes are shorter than a header",
                 len - pos
@@ -221,6 +236,9 @@ pub(crate) fn scan_segment(
         let mut h = [0u8; HEADER_LEN];
         file.read_exact_at(&mut h, pos)
             .map_err(|e| StoreError::io(path, e))?;
+        if is_preallocated(&h) {
+            break None;
+        }
         let (meta, crc) = FrameMeta::parse(pos, &h);
         let end = pos + meta.frame_len();
         if meta.payload_len as u64 > MAX_PAYLOAD || meta.payload_len % 8 != 0 || end > len {

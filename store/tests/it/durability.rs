@@ -39,16 +39,22 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
             .await
             .unwrap();
     }
+    // Closing cuts the segment to its frames (an open one has zeros preallocated after
+    // them), so file lengths are frame bounds.
+    store.close().await;
+    drop(store);
     let files = segment_files(pristine.path());
     assert_eq!(files.len(), 1);
     let before_last = std::fs::metadata(&files[0]).unwrap().len();
+    let store = open(pristine.path()).await;
     store
         .append(&events_name(), &events(12..15, |i| T0 + i))
         .await
         .unwrap();
-    let full = std::fs::metadata(&files[0]).unwrap().len();
     store.close().await;
     drop(store);
+    assert_eq!(segment_files(pristine.path()), files, "reopening rolled");
+    let full = std::fs::metadata(&files[0]).unwrap().len();
     assert!(full > before_last);
     let rel = files[0]
         .strip_prefix(pristine.path())
@@ -104,6 +110,69 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         );
         store.close().await;
     }
+}
+
+/// What a crash leaves of a log with preallocated space after its last frame: the
+/// zeros are a clean end, not a torn tail, so nothing is cut, no segment is rolled,
+/// and appends continue over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preallocated_space_is_a_clean_end_after_a_crash() {
+    let live = tempfile::tempdir().unwrap();
+    let store = open(live.path()).await;
+    store.create_table(events_spec(1)).await.unwrap();
+    for k in 0..5 {
+        store
+            .append(&events_name(), &events(k * 2..k * 2 + 2, |i| T0 + i))
+            .await
+            .unwrap();
+    }
+    let files = segment_files(live.path());
+    assert_eq!(files.len(), 1);
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let frames_end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
+    assert!(
+        bytes.len() >= frames_end + 32 * 1024,
+        "small commits leave zeroed space ahead ({} bytes, frames end near {frames_end})",
+        bytes.len()
+    );
+    // The crash image: the files as they are while the store runs.
+    let crashed = tempfile::tempdir().unwrap();
+    copy_dir(live.path(), crashed.path());
+    store.close().await;
+    drop(store);
+    let trimmed = std::fs::metadata(&files[0]).unwrap().len();
+    assert!(trimmed < bytes.len() as u64, "closing cuts the zeros");
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap()[..],
+        bytes[..trimmed as usize],
+        "closing keeps every frame"
+    );
+
+    let frames = hotgate_store::inspect_table(crashed.path(), &events_name(), None).unwrap();
+    assert_eq!(frames.len(), 5);
+    assert!(
+        frames
+            .iter()
+            .all(|f| matches!(f, hotgate_store::InspectedFrame::Rows { .. })),
+        "inspect reads zeros as the end, not a torn frame"
+    );
+    let store = open(crashed.path()).await;
+    assert_eq!(all_ids(&store), (0..10).collect::<Vec<_>>());
+    let r = store
+        .append(&events_name(), &events(100..101, |_| T0))
+        .await
+        .unwrap();
+    assert_eq!(r.parts[0].start_offset, 10);
+    store.close().await;
+    drop(store);
+    assert_eq!(
+        segment_files(crashed.path()).len(),
+        1,
+        "nothing was cut or rolled"
+    );
+    let store = open(crashed.path()).await;
+    assert_eq!(all_ids(&store), (0..10).chain(100..101).collect::<Vec<_>>());
+    store.close().await;
 }
 
 const CHILD_DIR_ENV: &str = "HOTGATE_KILL9_DIR";
