@@ -29,7 +29,7 @@ use rocksdb::{
 };
 
 use crate::error::{Result, StoreError};
-use crate::state_cache::{StateCache, TableCache};
+use crate::state_cache::{CachedRow, StateCache, TableCache};
 use crate::table::{TableDef, TableKind};
 
 /// The changelog column of a primary-key table's log.
@@ -506,7 +506,7 @@ impl PkState {
                 None => by_bucket.push((*b, vec![i])),
             }
         }
-        let mut cached: Vec<Option<Arc<[u8]>>> = vec![None; keys.len()];
+        let mut cached: Vec<Option<CachedRow>> = vec![None; keys.len()];
         let mut probes = Vec::with_capacity(by_bucket.len());
         let mut misses: Vec<usize> = Vec::new();
         for (bucket, idx) in &by_bucket {
