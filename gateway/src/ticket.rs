@@ -69,24 +69,25 @@ fn earliest() -> FromJson {
 #[serde(transparent)]
 pub struct LookupKeys {
     raw: Box<serde_json::value::RawValue>,
+    /// Where each key's text lies in `raw`, found when the ticket was decoded.
     #[serde(skip)]
-    len: usize,
+    spans: Vec<std::ops::Range<usize>>,
 }
 
 impl LookupKeys {
     /// How many keys the lookup asks for.
     pub fn len(&self) -> usize {
-        self.len
+        self.spans.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.spans.is_empty()
     }
 
     /// Each key's JSON text, in request order.
-    pub fn elements(&self) -> Vec<&serde_json::value::RawValue> {
-        // The array was checked when the ticket was decoded.
-        serde_json::from_str(self.raw.get()).unwrap_or_default()
+    pub fn elements(&self) -> impl ExactSizeIterator<Item = &str> {
+        let raw = self.raw.get();
+        self.spans.iter().map(move |span| &raw[span.clone()])
     }
 }
 
@@ -99,10 +100,17 @@ impl PartialEq for LookupKeys {
 impl<'de> Deserialize<'de> for LookupKeys {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        let len = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(raw.get())
+        let text = raw.get();
+        // Each element borrows from `text`, so its position is an address difference.
+        let spans = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(text)
             .map_err(|_| serde::de::Error::custom("lookup must be an array of key objects"))?
-            .len();
-        Ok(Self { raw, len })
+            .iter()
+            .map(|e| {
+                let start = e.get().as_ptr() as usize - text.as_ptr() as usize;
+                start..start + e.get().len()
+            })
+            .collect();
+        Ok(Self { raw, spans })
     }
 }
 
@@ -345,15 +353,22 @@ mod tests {
             c.from,
             ChangelogStart::Offsets([("3".to_owned(), 17)].into())
         );
-        let c = parse(br#"{"table":"app.kv","lookup":[{"k":1}, {"k":2}],"columns":["v"]}"#)
-            .unwrap();
+        let c =
+            parse(br#"{"table":"app.kv","lookup":[{"k":1}, {"k":2}],"columns":["v"]}"#).unwrap();
         assert_eq!(c.columns(), Some(&["v".to_owned()][..]));
         let Command::Lookup(l) = c else {
             panic!("not a lookup")
         };
         assert_eq!(l.keys.len(), 2);
-        let keys: Vec<&str> = l.keys.elements().iter().map(|k| k.get()).collect();
+        let keys: Vec<&str> = l.keys.elements().collect();
         assert_eq!(keys, [r#"{"k":1}"#, r#"{"k":2}"#]);
+        // Spacing inside and between keys stays out of their text.
+        let c = parse(br#"{"table":"app.kv","lookup":[ {"k": "a,]"} ,{"k":[2]}]}"#).unwrap();
+        let Command::Lookup(l) = c else {
+            panic!("not a lookup")
+        };
+        let keys: Vec<&str> = l.keys.elements().collect();
+        assert_eq!(keys, [r#"{"k": "a,]"}"#, r#"{"k":[2]}"#]);
         let err = parse(br#"{"table":"app.kv","lookup":{"k":1}}"#)
             .unwrap_err()
             .to_string();

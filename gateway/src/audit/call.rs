@@ -28,6 +28,8 @@ pub struct CallAudit {
     log: Arc<AuditLog>,
     record: AuditRecord,
     started: Instant,
+    /// A request whose digest is still to be taken; see [`CallAudit::set_request_later`].
+    request: Option<bytes::Bytes>,
 }
 
 impl CallAudit {
@@ -54,6 +56,7 @@ impl CallAudit {
                 ..Default::default()
             },
             started: Instant::now(),
+            request: None,
         }
     }
 
@@ -68,6 +71,7 @@ impl CallAudit {
                 ..Default::default()
             },
             started: Instant::now(),
+            request: None,
         }
     }
 
@@ -83,6 +87,7 @@ impl CallAudit {
                 ..Default::default()
             },
             started: Instant::now(),
+            request: None,
         }
     }
 
@@ -137,6 +142,20 @@ impl CallAudit {
     /// values in filters must not be copied into the audit log.
     pub fn set_request(&mut self, bytes: &[u8]) {
         self.record.query_digest = Some(query_digest(bytes));
+        self.request = None;
+    }
+
+    /// Like [`CallAudit::set_request`], with the digest taken when the record is sealed:
+    /// a read then plans and starts while the digest of a large ticket is computed.
+    pub fn set_request_later(&mut self, bytes: bytes::Bytes) {
+        self.request = Some(bytes);
+    }
+
+    /// Takes the digest of a request set with [`CallAudit::set_request_later`].
+    fn digest_request(&mut self) {
+        if let Some(bytes) = self.request.take() {
+            self.record.query_digest = Some(query_digest(&bytes));
+        }
     }
 
     pub fn set_columns_requested(&mut self, columns: &[String]) {
@@ -164,7 +183,8 @@ impl CallAudit {
     /// Queues the allow record and returns without waiting for its sync, so the read
     /// can be computed meanwhile; the caller must await the [`PendingRecord`] before
     /// anything leaves. Fails closed with `Unavailable` if it cannot be queued.
-    pub async fn allow_queued(self) -> Result<(Completion, PendingRecord)> {
+    pub async fn allow_queued(mut self) -> Result<(Completion, PendingRecord)> {
+        self.digest_request();
         let mut record = self.record.clone();
         record.decision = Some(Decision::Allow);
         let pending = self.log.append(record).await?;
@@ -185,7 +205,8 @@ impl CallAudit {
 
     /// Writes the allow record of a call that returns nothing but the answer it has
     /// already computed (FlightInfo, admin changes), synced before the answer leaves.
-    pub async fn allow_once(self) -> Result<()> {
+    pub async fn allow_once(mut self) -> Result<()> {
+        self.digest_request();
         let mut record = self.record;
         record.decision = Some(Decision::Allow);
         record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
@@ -213,7 +234,8 @@ impl CallAudit {
         log.append_detached(record);
     }
 
-    fn deny_record(self, error: &GatewayError) -> (Arc<AuditLog>, AuditRecord) {
+    fn deny_record(mut self, error: &GatewayError) -> (Arc<AuditLog>, AuditRecord) {
+        self.digest_request();
         let mut record = self.record;
         record.decision = Some(Decision::Deny);
         record.reason = Some(audit_reason(error));

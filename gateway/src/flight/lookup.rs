@@ -184,7 +184,7 @@ fn lookup_keys(
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
     ));
-    let elements = keys.elements();
+    let elements: Vec<&str> = keys.elements().collect();
     let decoded = decode_keys(&nullable, &elements)
         .map_err(|e| explain_bad_keys(key_columns, &elements).unwrap_or(e))?;
     for (column, k) in decoded.columns().iter().zip(key_columns) {
@@ -206,10 +206,7 @@ fn bad_key(msg: String) -> GatewayError {
     GatewayError::InvalidArgument(format!("lookup: {msg}"))
 }
 
-fn decode_keys(
-    schema: &SchemaRef,
-    elements: &[&serde_json::value::RawValue],
-) -> Result<RecordBatch> {
+fn decode_keys(schema: &SchemaRef, elements: &[&str]) -> Result<RecordBatch> {
     let mismatch = |e: arrow_schema::ArrowError| {
         bad_key(format!("a key does not match the key column types: {e}"))
     };
@@ -218,7 +215,7 @@ fn decode_keys(
         .with_batch_size(elements.len().max(1))
         .build_decoder()?;
     for (i, key) in elements.iter().enumerate() {
-        let text = key.get().as_bytes();
+        let text = key.as_bytes();
         if text.first() != Some(&b'{') {
             return Err(bad_key(format!("key {i} is not an object of key columns")));
         }
@@ -232,12 +229,9 @@ fn decode_keys(
 
 /// Finds the first key that is not an object of exactly the key columns, and says why
 /// (in the order of the checks: an object, every key column, no other column).
-fn explain_bad_keys(
-    key_columns: &[String],
-    elements: &[&serde_json::value::RawValue],
-) -> Option<GatewayError> {
+fn explain_bad_keys(key_columns: &[String], elements: &[&str]) -> Option<GatewayError> {
     for (i, key) in elements.iter().enumerate() {
-        let Ok(serde_json::Value::Object(object)) = serde_json::from_str(key.get()) else {
+        let Ok(serde_json::Value::Object(object)) = serde_json::from_str(key) else {
             return Some(bad_key(format!("key {i} is not an object of key columns")));
         };
         if let Some(k) = key_columns

@@ -183,7 +183,7 @@ impl HotgateFlight {
         let principal = self.principal(&request)?;
         let mut audit = self.audit(&principal, &request, "read");
         let ticket = request.into_inner().ticket;
-        audit.set_request(&ticket);
+        audit.set_request_later(ticket.clone());
         let started = Instant::now();
         let OpenedRead {
             schema,
@@ -197,11 +197,10 @@ impl HotgateFlight {
                 return Err(e);
             }
         };
-        // The allow record syncs while the plan runs (prefetched into a small buffer);
-        // nothing, not even the schema, leaves before it is durable, and a read whose
-        // record cannot be written fails with `Unavailable`.
-        let (completion, record) = audit.allow_queued().await?;
-        let completion = Arc::new(completion);
+        // The plan starts now, prefetching into a small buffer, while the allow record
+        // is sealed and synced; nothing, not even the schema, leaves before the record
+        // is durable, and a read whose record cannot be written fails with
+        // `Unavailable` (its prefetch stops when the buffer is dropped).
         let (prefetch_tx, prefetch_rx) = mpsc::channel(2);
         tokio::spawn(async move {
             let mut batches = batches;
@@ -212,6 +211,8 @@ impl HotgateFlight {
             }
         });
         let batches: BatchStream = ReceiverStream::new(prefetch_rx).boxed();
+        let (completion, record) = audit.allow_queued().await?;
+        let completion = Arc::new(completion);
         let unrecorded = Arc::clone(&completion);
         let timer = ReadTimer {
             histogram: self.state.metrics.read_seconds.with_label_values(&[kind]),
