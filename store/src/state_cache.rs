@@ -180,7 +180,7 @@ impl TableCache {
         let gate = crate::sync::read(self.gate(bucket));
         let generation = *gate;
         match self.rows() {
-            Some(rows) if generation % 2 == 0 => {
+            Some(rows) if generation.is_multiple_of(2) => {
                 for key in keys {
                     out(rows.get(&self.slot(key)).filter(|r| r.key() == key));
                 }
