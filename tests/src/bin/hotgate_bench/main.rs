@@ -36,14 +36,13 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 mod deletion;
+mod lookup;
+mod tiering;
 
 // mimalloc: requests make many small allocations (JSON, Arrow arrays, gRPC frames), which
 // it serves faster than glibc's allocator, notably across threads.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-mod lookup;
-mod tiering;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
