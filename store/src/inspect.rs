@@ -122,13 +122,17 @@ fn inspect_log(
         while pos < len {
             let mut h = [0u8; HEADER_LEN];
             let whole_header = len - pos >= HEADER_LEN as u64;
-            if whole_header {
-                file.read_exact_at(&mut h, pos)
-                    .map_err(|e| StoreError::io(path, e))?;
-            }
-            // The writer's preallocated space: the frames end here.
-            if whole_header && is_preallocated(&h) {
+            let present = &mut h[..(len - pos).min(HEADER_LEN as u64) as usize];
+            file.read_exact_at(present, pos)
+                .map_err(|e| StoreError::io(path, e))?;
+            // The writer's preallocated space (even less than a header of it, as
+            // recovery reads it): the frames end here.
+            if is_preallocated(present) {
                 break;
+            }
+            if !whole_header {
+                // A torn header: its bytes say nothing.
+                h = [0u8; HEADER_LEN];
             }
             let (meta, _) = FrameMeta::parse(pos, &h);
             // Past the durable end a writer may be mid-frame: not ours to judge.

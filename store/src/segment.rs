@@ -43,7 +43,9 @@ const MAX_PAYLOAD: u64 = 1 << 31;
 #[derive(Debug)]
 pub(crate) struct EncodedFrame {
     pub payload: Vec<u8>,
-    pub payload_crc: u32,
+    /// Taken only for payloads too large to CRC again behind the header (see
+    /// [`RESCAN_PAYLOAD_BYTES`]).
+    pub payload_crc: Option<u32>,
     pub record_count: u32,
     pub column_count: u32,
     pub min_event_ts: i64,
@@ -72,7 +74,7 @@ impl EncodedFrame {
         payload.extend_from_slice(&encoded.arrow_data);
         payload.resize(payload_len, 0);
         Ok(Self {
-            payload_crc: crc32c::crc32c(&payload),
+            payload_crc: (payload.len() > RESCAN_PAYLOAD_BYTES).then(|| crc32c::crc32c(&payload)),
             payload,
             record_count: batch.num_rows() as u32,
             column_count: batch.num_columns() as u32,
@@ -113,13 +115,13 @@ impl EncodedFrame {
 /// writer, where every commit waits for it.
 const RESCAN_PAYLOAD_BYTES: usize = 64 * 1024;
 
-/// The CRC32C of `header[8..]` followed by `payload`, whose own CRC is `payload_crc`.
-fn frame_crc(header: &[u8; HEADER_LEN], payload: &[u8], payload_crc: u32) -> u32 {
+/// The CRC32C of `header[8..]` followed by `payload`: combined with the payload's own
+/// CRC where one was taken (large payloads), else by scanning the payload.
+fn frame_crc(header: &[u8; HEADER_LEN], payload: &[u8], payload_crc: Option<u32>) -> u32 {
     let header_crc = crc32c::crc32c(&header[8..]);
-    if payload.len() <= RESCAN_PAYLOAD_BYTES {
-        crc32c::crc32c_append(header_crc, payload)
-    } else {
-        crc32c::crc32c_combine(header_crc, payload_crc, payload.len())
+    match payload_crc {
+        Some(crc) => crc32c::crc32c_combine(header_crc, crc, payload.len()),
+        None => crc32c::crc32c_append(header_crc, payload),
     }
 }
 
@@ -208,9 +210,10 @@ pub(crate) struct ScannedSegment {
     pub tail_problem: Option<String>,
 }
 
-/// Whether a frame header is all zeros: the start of the space the log writer
-/// preallocates after the last frame, never a frame (a frame has at least one row).
-pub(crate) fn is_preallocated(header: &[u8; HEADER_LEN]) -> bool {
+/// Whether a frame header (or what is left of the file where one would start) is all
+/// zeros: the space the log writer preallocates after the last frame, never a frame (a
+/// frame has at least one row).
+pub(crate) fn is_preallocated(header: &[u8]) -> bool {
     header.iter().all(|b| *b == 0)
 }
 
@@ -238,7 +241,7 @@ pub(crate) fn scan_segment(
             let rest = &mut rest[..(len - pos) as usize];
             file.read_exact_at(rest, pos)
                 .map_err(|e| StoreError::io(path, e))?;
-            if rest.iter().all(|b| *b == 0) {
+            if is_preallocated(rest) {
                 break None;
             }
             break Some(format!(
@@ -575,11 +578,14 @@ mod tests {
         ] {
             let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let whole: Vec<u8> = header[8..].iter().chain(&payload).copied().collect();
-            assert_eq!(
-                frame_crc(&header, &payload, crc32c::crc32c(&payload)),
-                crc32c::crc32c(&whole),
-                "payload of {len} bytes"
-            );
+            for payload_crc in [None, Some(crc32c::crc32c(&payload))] {
+                assert_eq!(
+                    frame_crc(&header, &payload, payload_crc),
+                    crc32c::crc32c(&whole),
+                    "payload of {len} bytes, combined: {}",
+                    payload_crc.is_some()
+                );
+            }
         }
     }
 
