@@ -35,6 +35,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::prelude::SessionContext;
+use hotgate_policy::bounded_expr::{self, ExprLimits};
 use hotgate_store::{TableDef, TableName, write_file_durable};
 use serde::{Deserialize, Serialize};
 
@@ -309,9 +310,8 @@ pub fn plan_targets(body: &DeletionBody, defs: &[Arc<TableDef>]) -> Result<Vec<D
 fn parse_predicate(sql: &str, schema: &Schema) -> std::result::Result<Expr, String> {
     let df_schema = DFSchema::try_from(schema.clone()).map_err(|e| e.to_string())?;
     let ctx = SessionContext::new();
-    let expr = ctx
-        .parse_sql_expr(sql, &df_schema)
-        .map_err(|e| e.strip_backtrace())?;
+    let expr = bounded_expr::parse(&ctx, sql, &df_schema, ExprLimits::DEFAULT)
+        .map_err(|e| e.to_string())?;
     // Compiling checks every column exists and coerces types.
     let physical = ctx
         .create_physical_expr(expr.clone(), &df_schema)
@@ -365,11 +365,8 @@ impl Suppression {
     /// The filter that keeps the other rows: `(p1 OR p2 ...) IS NOT TRUE`, so a row
     /// where a predicate is null is kept, as SQL's `DELETE ... WHERE` would keep it.
     pub fn keep_expr(&self) -> Expr {
-        let any = self
-            .predicates
-            .iter()
-            .cloned()
-            .reduce(Expr::or)
+        // Balanced: many pending requests add log2(n) levels, not n.
+        let any = bounded_expr::join_balanced(self.predicates.clone(), Expr::or)
             .unwrap_or(Expr::Literal(ScalarValue::Boolean(Some(false)), None));
         any.is_not_true()
     }

@@ -29,6 +29,28 @@ pub enum GatewayError {
 
 pub type Result<T, E = GatewayError> = std::result::Result<T, E>;
 
+/// Runs one call's step, turning a panic into an `Internal` error: a bug met by one call
+/// fails that call, which is then refused and audited like any other failure, instead
+/// of silently cutting the stream or the connection.
+pub async fn catch_panic<T>(step: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(step).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(panicked(panic.as_ref())),
+    }
+}
+
+/// The error of a call whose step panicked; the panic's message goes to the log only.
+pub fn panicked(panic: &(dyn std::any::Any + Send)) -> GatewayError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-text panic");
+    tracing::error!("a call panicked: {what}");
+    GatewayError::Internal("the call failed on the server (a bug; see the server log)".into())
+}
+
 impl GatewayError {
     /// The gRPC code name, used as the `code` label of the error metric.
     pub fn code(&self) -> &'static str {
@@ -42,6 +64,31 @@ impl GatewayError {
             GatewayError::Unavailable(_) => "unavailable",
             GatewayError::Internal(_) => "internal",
         }
+    }
+
+    /// What the audit records of this error: its kind and a fixed message. Messages can
+    /// quote a request's literals (a parse error), a row's value (a failed cast) or a
+    /// server path, so only denials keep theirs: hotgate builds those from names alone
+    /// (a privilege, a resource, a role, a policy id, a column) and a token check's
+    /// fixed text.
+    pub fn audit_reason(&self) -> String {
+        let fixed = match self {
+            GatewayError::Unauthenticated(m) | GatewayError::PermissionDenied(m) => {
+                return format!("{}: {m}", self.code());
+            }
+            GatewayError::InvalidArgument(_) => {
+                "the request was malformed or failed on a value (details withheld; see \
+                 query_digest)"
+            }
+            GatewayError::NotFound(_) => "what the request names does not exist",
+            GatewayError::AlreadyExists(_) => "what the request creates exists already",
+            GatewayError::ResourceExhausted(_) => "a limit was reached",
+            GatewayError::Unavailable(_) => {
+                "a part hotgate depends on was unavailable (details in the server log)"
+            }
+            GatewayError::Internal(_) => "the server failed (details in the server log)",
+        };
+        format!("{}: {fixed}", self.code())
     }
 }
 
@@ -89,9 +136,22 @@ impl From<PolicyError> for GatewayError {
     fn from(e: PolicyError) -> Self {
         let msg = e.to_string();
         match e {
-            PolicyError::Denied(_)
-            | PolicyError::ColumnDenied { .. }
-            | PolicyError::Unenforceable { .. } => GatewayError::PermissionDenied(msg),
+            PolicyError::Unenforceable {
+                policy,
+                table,
+                detail,
+            } => {
+                // The detail can quote the policy's text, which is the administrators'
+                // business, not the reader's: it goes to the server log only.
+                tracing::warn!(%policy, %table, "policy cannot be applied, reads denied: {detail}");
+                GatewayError::PermissionDenied(format!(
+                    "permission denied: policy {policy:?} cannot be applied to {table} \
+                     (the server log says why)"
+                ))
+            }
+            PolicyError::Denied(_) | PolicyError::ColumnDenied { .. } => {
+                GatewayError::PermissionDenied(msg)
+            }
             PolicyError::InvalidGrants(_)
             | PolicyError::InvalidPolicy(_)
             | PolicyError::WriteRule(_) => GatewayError::InvalidArgument(msg),
@@ -109,6 +169,21 @@ impl From<DataFusionError> for GatewayError {
                 Err(other) => GatewayError::Internal(other.to_string()),
             },
             DataFusionError::Context(_, inner) => GatewayError::from(*inner),
+            // The caller's expression failed on a value: a client error, not the server's.
+            DataFusionError::ArrowError(ref inner, _)
+                if matches!(
+                    inner.as_ref(),
+                    arrow_schema::ArrowError::CastError(_)
+                        | arrow_schema::ArrowError::ParseError(_)
+                        | arrow_schema::ArrowError::DivideByZero
+                        | arrow_schema::ArrowError::ArithmeticOverflow(_)
+                ) =>
+            {
+                GatewayError::InvalidArgument(format!(
+                    "the query failed on a value: {}",
+                    e.strip_backtrace()
+                ))
+            }
             DataFusionError::SQL(..)
             | DataFusionError::Plan(_)
             | DataFusionError::SchemaError(..)

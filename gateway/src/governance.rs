@@ -254,6 +254,72 @@ impl Governance {
             .map_err(GatewayError::from)
     }
 
+    /// Who can read or write `table`, and what each catalog role's secure view of it is:
+    /// the effective-access report of `GET /v1/tables/{id}/access`.
+    pub fn access_report(&self, table: &HotTable) -> AccessReport {
+        let mirror = self.mirror();
+        let policies = self.policies();
+        let def = table.def();
+        let name = def.name();
+        let namespace: Vec<String> = name.namespace().split('.').map(str::to_owned).collect();
+        let roles: Vec<RoleReport> = mirror
+            .table_access(&namespace, name.name())
+            .into_iter()
+            .map(|access| {
+                let view = SecureView::compile(
+                    ViewTable {
+                        namespace: name.namespace(),
+                        name: name.name(),
+                        schema: def.stored_schema(),
+                    },
+                    &BTreeSet::from([access.catalog_role.clone()]),
+                    &policies,
+                    &self.hash_key,
+                );
+                let (view, error) = match view {
+                    Ok(v) => (Some(v), None),
+                    // Fail closed: such a role reads nothing until the policy is fixed.
+                    Err(e) => (
+                        None,
+                        Some(format!("its reads are denied: {}", GatewayError::from(e))),
+                    ),
+                };
+                let policies = view
+                    .as_ref()
+                    .map(|v| v.applied().to_vec())
+                    .unwrap_or_default();
+                RoleReport {
+                    writes: !access.write_through.is_empty(),
+                    unfiltered_read: view.as_ref().is_some_and(|v| v.row_filter().is_none()),
+                    row_filters: policies
+                        .iter()
+                        .filter(|p| p.kind == "row_filter")
+                        .map(|p| p.to_string())
+                        .collect(),
+                    masks: view.as_ref().map(|v| v.masks().clone()).unwrap_or_default(),
+                    denies: view
+                        .as_ref()
+                        .map(|v| v.denies().clone())
+                        .unwrap_or_default(),
+                    policies,
+                    error,
+                    access,
+                }
+            })
+            .collect();
+        AccessReport {
+            table: name.to_string(),
+            mirror_version: mirror.version(),
+            policy_set_version: policies.version,
+            unfiltered_readers: roles
+                .iter()
+                .filter(|r| r.unfiltered_read)
+                .map(|r| r.access.catalog_role.clone())
+                .collect(),
+            roles,
+        }
+    }
+
     /// The catalog roles a caller holds now, for logs and audit.
     pub fn catalog_roles(&self, principal: &Principal) -> BTreeSet<String> {
         self.mirror().catalog_roles(principal)
@@ -366,6 +432,38 @@ impl Governance {
             }
         });
     }
+}
+
+/// Effective access to one table ([`Governance::access_report`]).
+#[derive(Debug, Serialize)]
+pub struct AccessReport {
+    pub table: String,
+    pub mirror_version: u64,
+    pub policy_set_version: u64,
+    /// The catalog roles that read every row: no row filter applies to them. A writer
+    /// is among them unless a policy names it, since writing implies reading.
+    pub unfiltered_readers: Vec<String>,
+    pub roles: Vec<RoleReport>,
+}
+
+/// One catalog role's access to a table and the view its reads go through.
+#[derive(Debug, Serialize)]
+pub struct RoleReport {
+    #[serde(flatten)]
+    pub access: hotgate_policy::RoleAccess,
+    pub writes: bool,
+    /// Reads see every row (no row filter applies).
+    pub unfiltered_read: bool,
+    /// `id@version` of each row filter that applies.
+    pub row_filters: Vec<String>,
+    /// Masked column → the policy that masks it.
+    pub masks: std::collections::BTreeMap<String, String>,
+    /// Denied column → the policy that denies it.
+    pub denies: std::collections::BTreeMap<String, String>,
+    /// Every policy the role's view applies.
+    pub policies: Vec<hotgate_policy::AppliedPolicy>,
+    /// Why the role's view cannot be compiled, if it cannot (its reads are denied).
+    pub error: Option<String>,
 }
 
 /// A table's grant resource: `hotgate / ns / t`.

@@ -22,6 +22,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::SecureView;
+use hotgate_policy::bounded_expr::{self, ExprLimits};
 use hotgate_store::{HotTable, LogId, ScanRequest};
 use hotgate_tiering::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue, Tierer};
 use tokio_stream::wrappers::ReceiverStream;
@@ -622,9 +623,7 @@ pub async fn plan_scan(
         df = behind_barrier(&ctx, df)?;
     }
     if let Some(filter) = &scan.filter {
-        let expr = df.parse_sql_expr(filter).map_err(|e| {
-            GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
-        })?;
+        let expr = parse_filter(&ctx, filter, df.schema())?;
         df = df.filter(expr).map_err(|e| {
             GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
         })?;
@@ -672,8 +671,14 @@ fn check_filter_columns(
 ) -> Result<()> {
     let full =
         datafusion::common::DFSchema::try_from(table.def().stored_schema().as_ref().clone())?;
-    // A filter that does not parse against the table is reported by the real parse.
-    if let Ok(expr) = ctx.parse_sql_expr(filter, &full) {
+    // A filter that does not parse against the table is reported by the real parse;
+    // one over the limits is refused here.
+    let expr = match bounded_expr::parse(ctx, filter, &full, ExprLimits::DEFAULT) {
+        Ok(expr) => Some(expr),
+        Err(bounded_expr::ExprError::Invalid(_)) => None,
+        Err(e) => return Err(GatewayError::InvalidArgument(format!("filter: {e}"))),
+    };
+    if let Some(expr) = expr {
         for column in expr.column_refs() {
             view.check_column(&column.name)?;
         }
@@ -695,12 +700,20 @@ fn view_columns_needed(
     let mut wanted: std::collections::HashSet<String> = cols.iter().cloned().collect();
     if let Some(filter) = &scan.filter {
         let schema = datafusion::common::DFSchema::try_from(view.schema().as_ref().clone())?;
-        let expr = ctx.parse_sql_expr(filter, &schema).map_err(|e| {
-            GatewayError::InvalidArgument(format!("filter: {}", e.strip_backtrace()))
-        })?;
+        let expr = parse_filter(ctx, filter, &schema)?;
         wanted.extend(expr.column_refs().into_iter().map(|c| c.name.clone()));
     }
     Ok(all().filter(|c| wanted.contains(c)).collect())
+}
+
+/// Parses a caller's filter within the limits of every expression from outside.
+fn parse_filter(
+    ctx: &SessionContext,
+    filter: &str,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Expr> {
+    bounded_expr::parse(ctx, filter, schema, ExprLimits::DEFAULT)
+        .map_err(|e| GatewayError::InvalidArgument(format!("filter: {e}")))
 }
 
 /// Ends the secure view's plan at a stage boundary: the caller's filter, projection and

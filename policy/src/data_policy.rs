@@ -305,14 +305,10 @@ impl From<DataPolicy> for PolicyJson {
     }
 }
 
-/// Parses an expression for syntax only; column and type checks happen against a schema.
+/// Parses an expression for syntax and the limits of every expression from outside
+/// ([`crate::bounded_expr`]); column and type checks happen against a schema.
 fn check_sql_syntax(sql: &str) -> Result<(), String> {
-    use datafusion::sql::sqlparser::dialect::GenericDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
-    Parser::new(&GenericDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_expr())
-        .map(|_| ())
+    crate::bounded_expr::check_syntax(sql, crate::bounded_expr::ExprLimits::DEFAULT)
         .map_err(|e| e.to_string())
 }
 

@@ -180,6 +180,18 @@ fn escape(s: &str) -> String {
         .replace('#', "%23")
 }
 
+/// How one catalog role reaches a table ([`GrantsMirror::table_access`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoleAccess {
+    pub catalog_role: String,
+    /// The principal roles that hold this catalog role.
+    pub principal_roles: Vec<String>,
+    /// The grants that let it read the table (a write grant among them).
+    pub read_through: Vec<GrantResource>,
+    /// The grants that let it write the table.
+    pub write_through: Vec<GrantResource>,
+}
+
 /// What a privilege is checked on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Resource {
@@ -503,6 +515,63 @@ impl GrantsMirror {
         Err(PolicyError::Denied(why))
     }
 
+    /// Every catalog role of this mirror's catalog that can read or write the table
+    /// `namespace.table`, with the grants that give it that access. Write implies read
+    /// (Polaris's super-privileges: `TABLE_WRITE_DATA` satisfies `TABLE_READ_DATA`), so a
+    /// writer appears as a reader too. Grants are matched as [`GrantsMirror::check`]
+    /// matches them: on the catalog (except for `_system`), an ancestor namespace, or
+    /// the table itself.
+    pub fn table_access(&self, namespace: &[String], table: &str) -> Vec<RoleAccess> {
+        let covers = |grant: &GrantResource| match grant {
+            GrantResource::Catalog { .. } => {
+                namespace.first().map(String::as_str) != Some(SYSTEM_NAMESPACE)
+            }
+            GrantResource::Namespace { namespace: ns, .. } => {
+                !ns.is_empty() && namespace.starts_with(ns)
+            }
+            GrantResource::Table {
+                namespace: ns,
+                table_name,
+                ..
+            } => ns == namespace && table_name == table,
+            GrantResource::View { .. } => false,
+        };
+        let gives = |grant: &GrantResource, wanted: Privilege| {
+            grant
+                .privilege()
+                .parse::<Privilege>()
+                .is_ok_and(|p| wanted.satisfied_by().contains(&p))
+        };
+        let Some(catalog) = self
+            .document
+            .catalogs
+            .iter()
+            .find(|c| c.name == self.catalog)
+        else {
+            return Vec::new();
+        };
+        catalog
+            .catalog_roles
+            .iter()
+            .filter_map(|role| {
+                let through = |wanted| -> Vec<GrantResource> {
+                    role.grants
+                        .iter()
+                        .filter(|g| covers(g) && gives(g, wanted))
+                        .cloned()
+                        .collect()
+                };
+                let access = RoleAccess {
+                    catalog_role: role.name.clone(),
+                    principal_roles: role.principal_roles.clone(),
+                    read_through: through(Privilege::TableReadData),
+                    write_through: through(Privilege::TableWriteData),
+                };
+                (!access.read_through.is_empty()).then_some(access)
+            })
+            .collect()
+    }
+
     /// The embedded default: principal `root` with principal role `admin`, which holds a
     /// catalog role with CATALOG_MANAGE_CONTENT and CATALOG_MANAGE_ACCESS on the catalog.
     pub fn bootstrap_document(catalog: &str) -> GrantsDocument {
@@ -725,6 +794,71 @@ mod tests {
             .check(&alice_analyst, Privilege::TableWriteData, &orders)
             .unwrap_err();
         assert!(e.to_string().contains("TABLE_WRITE_DATA"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn table_access_agrees_with_casbin_for_every_role() {
+        let d = doc(serde_json::json!({
+            "catalogs":[
+              {"name":"hotgate","catalogRoles":[
+                {"name":"ns_reader","principalRoles":["analyst"],
+                 "grants":[{"type":"namespace","namespace":["sales"],"privilege":"TABLE_READ_DATA"}]},
+                {"name":"writer","principalRoles":["etl"],
+                 "grants":[{"type":"table","namespace":["sales"],"tableName":"orders","privilege":"TABLE_WRITE_DATA"}]},
+                {"name":"content","principalRoles":["ops"],
+                 "grants":[{"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"}]},
+                {"name":"lister","principalRoles":["browser"],
+                 "grants":[{"type":"catalog","privilege":"TABLE_LIST"}]},
+                {"name":"auditor","principalRoles":["audit"],
+                 "grants":[{"type":"table","namespace":["_system"],"tableName":"audit","privilege":"TABLE_READ_DATA"}]},
+                {"name":"viewer","principalRoles":["views"],
+                 "grants":[{"type":"view","namespace":["sales"],"viewName":"orders","privilege":"TABLE_READ_DATA"}]}]},
+              {"name":"other","catalogRoles":[
+                {"name":"elsewhere","principalRoles":["analyst"],
+                 "grants":[{"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"}]}]}],
+            "principalRoles":[]}));
+        let m = GrantsMirror::build(d.clone(), "hotgate", 1).await.unwrap();
+        let tables = [
+            (vec!["sales".to_string()], "orders"),
+            (vec!["sales".to_string(), "eu".to_string()], "orders"),
+            (vec!["salesx".to_string()], "orders"),
+            (vec!["_system".to_string()], "audit"),
+        ];
+        for (ns, t) in &tables {
+            let access = m.table_access(ns, t);
+            let resource = Resource::Table {
+                namespace: ns.clone(),
+                name: t.to_string(),
+            };
+            // One principal per catalog role, through a principal role of its own.
+            for role in &d.catalogs[0].catalog_roles {
+                let mut single = d.clone();
+                single.catalogs[0].catalog_roles = vec![CatalogRoleDoc {
+                    principal_roles: vec!["only".into()],
+                    ..role.clone()
+                }];
+                single.principal_roles = vec![PrincipalRoleDoc {
+                    name: "only".into(),
+                    principals: vec!["p".into()],
+                }];
+                let m1 = GrantsMirror::build(single, "hotgate", 1).await.unwrap();
+                let p = principal("p", ActivatedRoles::All);
+                let found = access.iter().find(|a| a.catalog_role == role.name);
+                let reads = m1.check(&p, Privilege::TableReadData, &resource).is_ok();
+                let writes = m1.check(&p, Privilege::TableWriteData, &resource).is_ok();
+                assert_eq!(found.is_some(), reads, "{} reads {ns:?}.{t}", role.name);
+                assert_eq!(
+                    found.is_some_and(|a| !a.write_through.is_empty()),
+                    writes,
+                    "{} writes {ns:?}.{t}",
+                    role.name
+                );
+            }
+        }
+        let orders = m.table_access(&["sales".to_string()], "orders");
+        let names: Vec<&str> = orders.iter().map(|a| a.catalog_role.as_str()).collect();
+        assert_eq!(names, ["ns_reader", "writer", "content"]);
+        assert_eq!(orders[1].principal_roles, ["etl"]);
     }
 
     #[tokio::test]

@@ -25,6 +25,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use serde::Serialize;
 
+use crate::bounded_expr::{self, ExprLimits};
 use crate::data_policy::{ColumnTarget, DataPolicy, Mask, PolicyKind, PolicyScope, PolicySet};
 use crate::error::PolicyError;
 use crate::write_rules::HashKey;
@@ -182,9 +183,8 @@ impl SecureView {
                     }
                 }
                 PolicyKind::RowFilter { expr } => {
-                    let e = ctx
-                        .parse_sql_expr(expr, &df_schema)
-                        .map_err(|e| fail(p, format!("row filter: {}", e.strip_backtrace())))?;
+                    let e = bounded_expr::parse(&ctx, expr, &df_schema, ExprLimits::DEFAULT)
+                        .map_err(|e| fail(p, format!("row filter: {e}")))?;
                     let t = e
                         .get_type(&df_schema)
                         .map_err(|e| fail(p, format!("row filter: {}", e.strip_backtrace())))?;
@@ -244,7 +244,7 @@ impl SecureView {
             }
         }
         applied.sort_by(|a, b| a.id.cmp(&b.id));
-        let row_filter = filters.into_iter().reduce(Expr::and);
+        let row_filter = bounded_expr::join_balanced(filters, Expr::and);
 
         let physical_filter = row_filter
             .clone()
@@ -297,6 +297,16 @@ impl SecureView {
 
     pub fn masked_columns(&self) -> impl Iterator<Item = &str> {
         self.masked.keys().map(String::as_str)
+    }
+
+    /// Each masked column and the policy that masks it.
+    pub fn masks(&self) -> &BTreeMap<String, String> {
+        &self.masked
+    }
+
+    /// Each denied column and the policy that denies it.
+    pub fn denies(&self) -> &BTreeMap<String, String> {
+        &self.denied
     }
 
     /// True when no policy changes what the caller sees.
@@ -425,8 +435,7 @@ fn mask_expr(
     let t = field.data_type();
     let c = || col(column_ref(field.name()));
     let parse = |sql: &str| {
-        ctx.parse_sql_expr(sql, df_schema)
-            .map_err(|e| e.strip_backtrace())
+        bounded_expr::parse(ctx, sql, df_schema, ExprLimits::DEFAULT).map_err(|e| e.to_string())
     };
     let strings_only = |name: &str| -> Result<(), String> {
         if is_string(t) {

@@ -32,6 +32,24 @@ fn as_stored(expected: &DataType, array: &ArrayRef) -> Option<ArrayRef> {
     }
 }
 
+/// Refuses a batch with two columns of one name: which copy would be stored is
+/// arbitrary, so neither is.
+fn unique_columns(batch: &RecordBatch) -> std::result::Result<(), String> {
+    let schema = batch.schema();
+    let mut seen = std::collections::HashSet::with_capacity(schema.fields().len());
+    match schema
+        .fields()
+        .iter()
+        .find(|f| !seen.insert(f.name().as_str()))
+    {
+        Some(twice) => Err(format!(
+            "column {:?} appears twice in the batch; send each column once",
+            twice.name()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks `batch` against `def` and returns it in the stored schema: columns in table
 /// order, field metadata attached, missing nullable columns filled with nulls, and
 /// columns the table drops (`write: drop`) left out.
@@ -41,6 +59,7 @@ pub(crate) fn normalize(def: &TableDef, batch: &RecordBatch) -> Result<RecordBat
         detail,
     };
     let incoming = batch.schema();
+    unique_columns(batch).map_err(bad)?;
     for field in incoming.fields() {
         match def.spec().columns.iter().find(|c| &c.name == field.name()) {
             Some(_) => {}
@@ -132,6 +151,7 @@ pub(crate) fn key_columns(def: &TableDef, batch: &RecordBatch, what: &str) -> Re
         table: def.name().to_string(),
         detail: format!("{what}: {detail}"),
     };
+    unique_columns(batch).map_err(bad)?;
     let crate::table::TableKind::PrimaryKey { columns: keys } = def.kind() else {
         return Err(bad(format!("{} is not a primary-key table", def.name())));
     };

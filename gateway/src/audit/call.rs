@@ -10,7 +10,6 @@ use std::time::Instant;
 use arrow_schema::Schema;
 use hotgate_policy::{Principal, SecureView};
 use hotgate_store::TableName;
-use sha2::{Digest, Sha256};
 
 use super::chain::{AuditRecord, Decision};
 use super::writer::{AuditLog, PendingRecord};
@@ -141,7 +140,7 @@ impl CallAudit {
     /// Keeps only a digest of the request (a ticket, a descriptor, a body): literal
     /// values in filters must not be copied into the audit log.
     pub fn set_request(&mut self, bytes: &[u8]) {
-        self.record.query_digest = Some(query_digest(bytes));
+        self.record.query_digest = Some(self.log.digest_key().digest(bytes));
         self.request = None;
     }
 
@@ -154,7 +153,7 @@ impl CallAudit {
     /// Takes the digest of a request set with [`CallAudit::set_request_later`].
     fn digest_request(&mut self) {
         if let Some(bytes) = self.request.take() {
-            self.record.query_digest = Some(query_digest(&bytes));
+            self.record.query_digest = Some(self.log.digest_key().digest(&bytes));
         }
     }
 
@@ -238,21 +237,9 @@ impl CallAudit {
         self.digest_request();
         let mut record = self.record;
         record.decision = Some(Decision::Deny);
-        record.reason = Some(audit_reason(error));
+        record.reason = Some(error.audit_reason());
         record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
         (self.log, record)
-    }
-}
-
-/// What the audit says of an error. Invalid requests are named only by their kind: a
-/// parse error may quote a filter's literals, which must stay out of the log.
-fn audit_reason(error: &GatewayError) -> String {
-    match error {
-        GatewayError::InvalidArgument(_) => {
-            "invalid_argument: the request was malformed (details withheld; see query_digest)"
-                .to_owned()
-        }
-        e => format!("{}: {e}", e.code()),
     }
 }
 
@@ -265,6 +252,7 @@ pub struct Completion {
     started: Instant,
     rows: AtomicU64,
     bytes: AtomicU64,
+    /// The audit reason of the error that broke the stream (never its message).
     failure: Mutex<Option<String>>,
     finished: AtomicBool,
 }
@@ -288,10 +276,11 @@ impl Completion {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Marks the stream as broken by `error` (the first error is kept).
-    pub fn failed(&self, error: &str) {
+    /// Marks the stream as broken by `error` (the first error is kept), recorded by its
+    /// [`GatewayError::audit_reason`]: an error raised on a row can quote its value.
+    pub fn failed(&self, error: &GatewayError) {
         let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        failure.get_or_insert_with(|| error.to_owned());
+        failure.get_or_insert_with(|| error.audit_reason());
     }
 }
 
@@ -323,60 +312,53 @@ fn new_query_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-/// SHA-256 (hex) of the request in a normal form: JSON with object keys sorted and no
-/// whitespace when it parses as JSON, the raw bytes otherwise. `serde_json`'s map is
-/// ordered by key (its `preserve_order` feature is off, which the test below checks), so
-/// writing the parsed value out is the normal form; it streams into the hash.
-pub fn query_digest(bytes: &[u8]) -> String {
-    let mut hasher = HashWriter(Sha256::new());
-    match serde_json::from_slice::<serde_json::Value>(bytes) {
-        Ok(v) if serde_json::to_writer(&mut hasher, &v).is_ok() => {}
-        _ => {
-            hasher = HashWriter(Sha256::new());
-            hasher.0.update(bytes);
-        }
-    }
-    hex::encode(hasher.0.finalize())
-}
-
-/// Feeds what is written into a SHA-256.
-struct HashWriter(Sha256);
-
-impl std::io::Write for HashWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
 
     #[test]
-    fn digests_ignore_key_order_and_spacing_but_not_values() {
-        let a = query_digest(br#"{"table":"s.t","filter":"ssn = '123'","lookup":[{"b":1,"a":2}]}"#);
-        let b = query_digest(
+    fn digests_ignore_key_order_and_spacing_but_not_values_or_keys() {
+        use crate::audit::chain::{CheckpointKey, DIGEST_PREFIX};
+        let key = CheckpointKey::generate().digest_key();
+        let ticket = br#"{"table":"s.t","filter":"ssn = '123'","lookup":[{"b":1,"a":2}]}"#;
+        let a = key.digest(ticket);
+        let b = key.digest(
             br#"{ "lookup": [ {"a":2, "b":1} ], "filter": "ssn = '123'", "table": "s.t" }"#,
         );
-        let c = query_digest(br#"{"table":"s.t","filter":"ssn = '124'","lookup":[{"b":1,"a":2}]}"#);
+        let c = key.digest(br#"{"table":"s.t","filter":"ssn = '124'","lookup":[{"b":1,"a":2}]}"#);
         assert_eq!(a, b);
         assert_ne!(a, c);
-        assert_eq!(a.len(), 64);
-        assert!(!a.contains("123"));
+        assert_eq!(a.len(), DIGEST_PREFIX.len() + 64);
+        assert!(a.starts_with(DIGEST_PREFIX));
+        // Without the key, a guess of the literal cannot be tested: the unkeyed hash of
+        // the normal form, and the same request under another key, differ.
+        let normal =
+            serde_json::to_vec(&serde_json::from_slice::<serde_json::Value>(ticket).unwrap())
+                .unwrap();
+        let unkeyed = hex::encode(Sha256::digest(&normal));
+        assert!(!a.ends_with(&unkeyed));
+        assert_ne!(CheckpointKey::generate().digest_key().digest(ticket), a);
+        // Not JSON: the raw bytes.
+        assert_ne!(key.digest(b"not json"), key.digest(b"not  json"));
     }
 
     #[test]
-    fn invalid_requests_are_audited_without_their_text() {
-        let e = GatewayError::InvalidArgument("filter: cannot parse ssn = '123-45'".into());
-        assert!(!audit_reason(&e).contains("123"));
+    fn errors_are_audited_by_kind_without_their_text() {
+        for e in [
+            GatewayError::InvalidArgument("filter: cannot parse ssn = '123-45'".into()),
+            GatewayError::Internal("Cast error: cannot cast '123-45' to Int64".into()),
+            GatewayError::NotFound("no policy \"123-45\"".into()),
+            GatewayError::Unavailable("cannot read /srv/123-45/x".into()),
+        ] {
+            let reason = e.audit_reason();
+            assert!(reason.starts_with(e.code()), "{reason}");
+            assert!(!reason.contains("123"), "{reason}");
+        }
         let e = GatewayError::PermissionDenied("TABLE_READ_DATA on sales.orders".into());
         assert_eq!(
-            audit_reason(&e),
+            e.audit_reason(),
             "permission_denied: TABLE_READ_DATA on sales.orders"
         );
     }

@@ -6,6 +6,7 @@
 //! before it; the public key is published so checkpoints can be checked elsewhere.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -83,6 +84,58 @@ fn checkpoint_message(seq: u64, hash: &str) -> Vec<u8> {
 /// The Ed25519 key that signs checkpoints.
 pub struct CheckpointKey(SigningKey);
 
+/// The HMAC-SHA256 key of query digests ([`DigestKey::digest`]).
+#[derive(Clone)]
+pub struct DigestKey([u8; 32]);
+
+impl std::fmt::Debug for DigestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DigestKey(..)")
+    }
+}
+
+/// How a keyed digest starts; digests written before keying are 64 bare hex digits (an
+/// unkeyed SHA-256), and they keep verifying: the chain covers the stored text.
+pub const DIGEST_PREFIX: &str = "hmac:";
+
+impl DigestKey {
+    /// `hmac:` and the HMAC-SHA256 (hex) of the request in a normal form: JSON with
+    /// object keys sorted and no whitespace when it parses as JSON, the raw bytes
+    /// otherwise. Equal requests share a digest; without the key, nobody can test
+    /// guesses of a literal against it. `serde_json`'s map is ordered by key (its
+    /// `preserve_order` feature is off, which a test checks), so writing the parsed
+    /// value out is the normal form; it streams into the MAC.
+    pub fn digest(&self, bytes: &[u8]) -> String {
+        let new = || <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("any key length");
+        let mut writer = MacWriter(new());
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(v) if serde_json::to_writer(&mut writer, &v).is_ok() => {}
+            _ => {
+                writer = MacWriter(new());
+                writer.0.update(bytes);
+            }
+        }
+        format!(
+            "{DIGEST_PREFIX}{}",
+            hex::encode(writer.0.finalize().into_bytes())
+        )
+    }
+}
+
+/// Feeds what is written into an HMAC.
+struct MacWriter(Hmac<Sha256>);
+
+impl std::io::Write for MacWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl std::fmt::Debug for CheckpointKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CheckpointKey(public {})", self.public_hex())
@@ -90,6 +143,15 @@ impl std::fmt::Debug for CheckpointKey {
 }
 
 impl CheckpointKey {
+    /// The key of this audit log's query digests, derived from the checkpoint key: one
+    /// secret to keep, and the public half reveals nothing of it.
+    pub fn digest_key(&self) -> DigestKey {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0.to_bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(b"hotgate audit query digest v1");
+        DigestKey(mac.finalize().into_bytes().into())
+    }
+
     pub fn generate() -> Self {
         Self(SigningKey::from_bytes(&rand::random()))
     }

@@ -12,7 +12,7 @@ use arrow_schema::SchemaRef;
 use hotgate_store::{HotTable, PendingAppend, ScanRequest, Store};
 use tokio::sync::{Mutex, watch};
 
-use super::chain::{AuditRecord, CHECKPOINT, Chain, CheckpointKey};
+use super::chain::{AuditRecord, CHECKPOINT, Chain, CheckpointKey, DigestKey};
 use super::table::{audit_table_name, audit_table_spec, format_time, from_batch, to_batch};
 use crate::config::AuditConfig;
 use crate::error::{GatewayError, Result};
@@ -22,6 +22,7 @@ pub struct AuditLog {
     /// `None` when auditing is switched off (benchmarks only).
     table: Option<Arc<HotTable>>,
     key: CheckpointKey,
+    digest_key: DigestKey,
     checkpoint_every: u64,
     state: Mutex<WriterState>,
     /// One clone per detached write still running; [`AuditLog::flush`] waits for them.
@@ -94,6 +95,7 @@ impl AuditLog {
             );
             return Ok(Self {
                 table: None,
+                digest_key: key.digest_key(),
                 key,
                 checkpoint_every: config.checkpoint_every,
                 state: Mutex::new(state),
@@ -119,6 +121,7 @@ impl AuditLog {
         }
         Ok(Self {
             table: Some(table),
+            digest_key: key.digest_key(),
             key,
             checkpoint_every: config.checkpoint_every.max(1),
             state: Mutex::new(state),
@@ -129,6 +132,11 @@ impl AuditLog {
 
     pub fn enabled(&self) -> bool {
         self.table.is_some()
+    }
+
+    /// The key request digests are taken under.
+    pub fn digest_key(&self) -> &DigestKey {
+        &self.digest_key
     }
 
     pub fn public_key_hex(&self) -> String {

@@ -29,7 +29,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::audit::{CallAudit, Completion};
-use crate::error::{GatewayError, Result};
+use crate::error::{GatewayError, Result, catch_panic};
 use crate::governance::Governance;
 use crate::planner::{check_columns, choose_tiers, plan_scan};
 use crate::state::GatewayState;
@@ -113,6 +113,8 @@ impl HotgateFlight {
         audit: &mut CallAudit,
     ) -> Result<OpenedRead> {
         let command = ticket::parse(ticket)?;
+        // Lets a test make a read meet a bug (`FAILPOINTS=open-read=panic`).
+        fail::fail_point!("open-read");
         audit.set_action(command.kind());
         audit.set_table(command.table());
         audit.set_columns_requested(command.columns().unwrap_or_default());
@@ -190,7 +192,7 @@ impl HotgateFlight {
             batches,
             kind,
             trailer,
-        } = match self.open_read(&principal, &ticket, &mut audit).await {
+        } = match catch_panic(self.open_read(&principal, &ticket, &mut audit)).await {
             Ok(opened) => opened,
             Err(e) => {
                 audit.deny(&e).await;
@@ -204,8 +206,16 @@ impl HotgateFlight {
         let (prefetch_tx, prefetch_rx) = mpsc::channel(2);
         tokio::spawn(async move {
             let mut batches = batches;
-            while let Some(b) = batches.next().await {
-                if prefetch_tx.send(b).await.is_err() {
+            loop {
+                // A panic while reading ends the stream with an error, never as if the
+                // read were complete.
+                let next = catch_panic(async { Ok(batches.next().await) }).await;
+                let (item, last) = match next {
+                    Ok(None) => break,
+                    Ok(Some(item)) => (item, false),
+                    Err(e) => (Err(e), true),
+                };
+                if prefetch_tx.send(item).await.is_err() || last {
                     break;
                 }
             }
@@ -242,14 +252,12 @@ impl HotgateFlight {
                     Ok(data)
                 }
                 Err(e) => {
-                    let status = flight_error_to_status(e);
-                    errors.with_label_values(&[code_name(status.code())]).inc();
-                    completion.failed(&format!(
-                        "{}: {}",
-                        code_name(status.code()),
-                        status.message()
-                    ));
-                    Err(status)
+                    let e = flight_error_to_gateway(e);
+                    errors.with_label_values(&[e.code()]).inc();
+                    // Raised on rows, the message can quote a value: debug log only.
+                    tracing::debug!(code = e.code(), "read stream failed: {e}");
+                    completion.failed(&e);
+                    Err(Status::from(e))
                 }
             }
         });
@@ -259,7 +267,7 @@ impl HotgateFlight {
                 Ok(_) => encoded.boxed(),
                 Err(e) => {
                     failed.with_label_values(&[e.code()]).inc();
-                    unrecorded.failed(&format!("{}: {e}", e.code()));
+                    unrecorded.failed(&e);
                     futures::stream::iter([Err(Status::from(e))]).boxed()
                 }
             }
@@ -298,10 +306,7 @@ impl HotgateFlight {
         mut audit: CallAudit,
     ) -> Result<FlightInfo> {
         audit.set_request(&descriptor_bytes(&descriptor));
-        match self
-            .flight_info_inner(principal, descriptor, &mut audit)
-            .await
-        {
+        match catch_panic(self.flight_info_inner(principal, descriptor, &mut audit)).await {
             Ok(info) => {
                 audit.allow_once().await?;
                 Ok(info)
@@ -392,13 +397,14 @@ impl HotgateFlight {
         let principal = self.principal(&request)?;
         let mut audit = self.audit(&principal, &request, "write");
         let input = request.into_inner();
-        let (table, op, first, input) = match self.open_write(&principal, input, &mut audit).await {
-            Ok(opened) => opened,
-            Err(e) => {
-                audit.deny(&e).await;
-                return Err(e);
-            }
-        };
+        let (table, op, first, input) =
+            match catch_panic(self.open_write(&principal, input, &mut audit)).await {
+                Ok(opened) => opened,
+                Err(e) => {
+                    audit.deny(&e).await;
+                    return Err(e);
+                }
+            };
         // The write is on record before its first row is stored.
         let completion = audit.allow().await?;
         if table.is_primary_key() {
@@ -491,32 +497,38 @@ impl HotgateFlight {
         let (acks, responses) = PutAcks::new(&self.state, completion);
         // As for appends, a change in progress completes even if the caller goes away.
         tokio::spawn(async move {
-            let mut failure: Option<GatewayError> = None;
-            while let Some(item) = batches.next().await {
-                let batch = match item {
-                    Ok(b) => b,
-                    Err(e) => {
-                        failure = Some(undecodable(e));
-                        break;
-                    }
-                };
-                acks.completion
-                    .add_bytes(batch.get_array_memory_size() as u64);
-                let written = match rules.apply(&batch, governance.hash_key()) {
-                    Ok(b) => table
-                        .write_changes(&b, op)
-                        .await
-                        .map_err(GatewayError::from),
-                    Err(e) => Err(e.into()),
-                };
-                match written {
-                    Ok(r) => acks.ack(r.rows, &r).await,
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
+            // A panic fails the stream with an error rather than leaving it unanswered.
+            let failure = catch_panic(async {
+                let mut failure: Option<GatewayError> = None;
+                while let Some(item) = batches.next().await {
+                    let batch = match item {
+                        Ok(b) => b,
+                        Err(e) => {
+                            failure = Some(undecodable(e));
+                            break;
+                        }
+                    };
+                    acks.completion
+                        .add_bytes(batch.get_array_memory_size() as u64);
+                    let written = match rules.apply(&batch, governance.hash_key()) {
+                        Ok(b) => table
+                            .write_changes(&b, op)
+                            .await
+                            .map_err(GatewayError::from),
+                        Err(e) => Err(e.into()),
+                    };
+                    match written {
+                        Ok(r) => acks.ack(r.rows, &r).await,
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
                     }
                 }
-            }
+                Ok(failure)
+            })
+            .await
+            .unwrap_or_else(Some);
             acks.finish(failure).await;
         });
         Ok(responses)
@@ -538,56 +550,61 @@ impl HotgateFlight {
         // Appends run to completion even if the caller goes away, so an in-flight append
         // is never half-applied; shutdown waits for this task through the response stream.
         tokio::spawn(async move {
-            // Batches are queued in order as they arrive and acknowledged in order once
-            // durable; up to MAX_PUTS_IN_FLIGHT wait for their sync at once, so a stream
-            // of small batches shares group commits instead of paying one sync each.
-            let mut in_flight = FuturesOrdered::new();
-            let mut failure: Option<GatewayError> = None;
-            let mut input_done = false;
-            loop {
-                tokio::select! {
-                    biased;
-                    Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                        let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
-                        match done {
-                            // If the caller left, queued appends still complete.
-                            Ok(r) => acks.ack(r.rows, &r).await,
-                            Err(e) => {
-                                failure.get_or_insert(e.into());
-                                input_done = true;
-                            }
-                        }
-                    }
-                    item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
-                        match item {
-                            None => input_done = true,
-                            Some(Ok(batch)) => {
-                                acks.completion.add_bytes(batch.get_array_memory_size() as u64);
-                                let stored = rules.apply(&batch, governance.hash_key());
-                                let queued = match stored {
-                                    Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
-                                    Err(e) => Err(e.into()),
-                                };
-                                match queued {
-                                    Ok(pending) => in_flight.push_back(pending.durable()),
-                                    Err(e) => {
-                                        failure = Some(e);
-                                        input_done = true;
-                                    }
+            let failure = catch_panic(async {
+                // Batches are queued in order as they arrive and acknowledged in order once
+                // durable; up to MAX_PUTS_IN_FLIGHT wait for their sync at once, so a stream
+                // of small batches shares group commits instead of paying one sync each.
+                let mut in_flight = FuturesOrdered::new();
+                let mut failure: Option<GatewayError> = None;
+                let mut input_done = false;
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                            let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
+                            match done {
+                                // If the caller left, queued appends still complete.
+                                Ok(r) => acks.ack(r.rows, &r).await,
+                                Err(e) => {
+                                    failure.get_or_insert(e.into());
+                                    input_done = true;
                                 }
                             }
-                            Some(Err(e)) => {
-                                failure = Some(undecodable(e));
-                                input_done = true;
+                        }
+                        item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
+                            match item {
+                                None => input_done = true,
+                                Some(Ok(batch)) => {
+                                    acks.completion.add_bytes(batch.get_array_memory_size() as u64);
+                                    let stored = rules.apply(&batch, governance.hash_key());
+                                    let queued = match stored {
+                                        Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
+                                        Err(e) => Err(e.into()),
+                                    };
+                                    match queued {
+                                        Ok(pending) => in_flight.push_back(pending.durable()),
+                                        Err(e) => {
+                                            failure = Some(e);
+                                            input_done = true;
+                                        }
+                                    }
+                                }
+                                Some(Err(e)) => {
+                                    failure = Some(undecodable(e));
+                                    input_done = true;
+                                }
                             }
                         }
+                        else => break,
                     }
-                    else => break,
+                    if input_done && in_flight.is_empty() {
+                        break;
+                    }
                 }
-                if input_done && in_flight.is_empty() {
-                    break;
-                }
-            }
+                Ok(failure)
+            })
+            .await
+            .unwrap_or_else(Some);
             acks.finish(failure).await;
         });
         Ok(responses)
@@ -649,7 +666,7 @@ impl PutAcks {
         self.completion.finished();
         if let Some(e) = failure {
             self.metrics.errors.with_label_values(&[e.code()]).inc();
-            self.completion.failed(&format!("{}: {e}", e.code()));
+            self.completion.failed(&e);
             let _ = self.tx.send(Err(e.into())).await;
         }
     }
@@ -737,25 +754,19 @@ fn table_of_path(path: &[String]) -> Result<TableName> {
     }
 }
 
-fn code_name(code: tonic::Code) -> &'static str {
-    match code {
-        tonic::Code::InvalidArgument => "invalid_argument",
-        tonic::Code::NotFound => "not_found",
-        tonic::Code::PermissionDenied => "permission_denied",
-        tonic::Code::Unauthenticated => "unauthenticated",
-        tonic::Code::Unavailable => "unavailable",
-        _ => "internal",
-    }
-}
-
-fn flight_error_to_status(e: FlightError) -> Status {
+/// The gateway error behind a failed encoding stream: the read's own error, passed
+/// through the encoder, or one of the encoder's.
+fn flight_error_to_gateway(e: FlightError) -> GatewayError {
     match e {
         FlightError::ExternalError(inner) => match inner.downcast::<GatewayError>() {
-            Ok(g) => (*g).into(),
-            Err(other) => Status::internal(other.to_string()),
+            Ok(g) => *g,
+            Err(other) => GatewayError::Internal(other.to_string()),
         },
-        FlightError::Tonic(status) => *status,
-        other => Status::internal(other.to_string()),
+        FlightError::Tonic(status) => match status.code() {
+            tonic::Code::Unavailable => GatewayError::Unavailable(status.message().to_owned()),
+            _ => GatewayError::Internal(status.message().to_owned()),
+        },
+        other => GatewayError::Internal(other.to_string()),
     }
 }
 

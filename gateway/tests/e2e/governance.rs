@@ -467,8 +467,10 @@ async fn policies_shape_what_each_role_sees() {
     );
     let e = get(&mut client, &ann, ticket.clone()).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
+    // The reader learns which policy blocks them, not why: the reason can quote the
+    // policy's text, and goes to the server log.
     assert!(
-        e.message().contains("\"broken\"") && e.message().contains("nope"),
+        e.message().contains("\"broken\"") && !e.message().contains("nope"),
         "{}",
         e.message()
     );
@@ -1015,7 +1017,7 @@ async fn the_embedded_default_grants_root_admin_and_nothing_else() {
     assert_eq!(s, StatusCode::OK);
     // Not even the administrator creates or writes tables in the reserved namespace.
     let r = create_table(&server, &root, orders_table("_system", "audit")).await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert!(r.text().await.unwrap().contains("reserved"));
     let e = put(
         &mut client,

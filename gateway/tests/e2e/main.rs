@@ -6,6 +6,7 @@ mod auth;
 mod deletion;
 mod governance;
 mod harness;
+mod hostile;
 mod ingest;
 mod primary_key;
 mod pyarrow_client;

@@ -240,6 +240,20 @@ async fn bad_batches_are_refused_and_write_nothing() {
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(err, "unknown column \"extra\"");
 
+    // A column sent twice: neither copy is stored, whichever comes first.
+    let mut fields: Vec<Field> = good
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(fields[1].clone());
+    let mut cols = good.columns().to_vec();
+    cols.push(Arc::new(StringArray::from(vec!["other"; 10])));
+    let b = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    let err = store.append(&events_name(), &b).await.unwrap_err();
+    expect_invalid(err, "column \"customer\" appears twice in the batch");
+
     // An unknown table.
     let err = store
         .append(&TableName::new("app", "nope").unwrap(), &good)
@@ -251,7 +265,7 @@ async fn bad_batches_are_refused_and_write_nothing() {
     // Nothing reached disk, and no log was even created.
     assert_eq!(segment_bytes(dir.path()), 0);
     assert!(store.table(&events_name()).unwrap().logs().is_empty());
-    assert_eq!(store.metrics().snapshot().rejected, 5);
+    assert_eq!(store.metrics().snapshot().rejected, 6);
     store.close().await;
 }
 
