@@ -94,9 +94,18 @@ pub fn parse(
 ) -> Result<Expr, ExprError> {
     check_length(sql, limits)?;
     stacker::grow(PARSE_STACK, || {
-        check_syntax_tree(sql, limits)?;
+        // The syntax tree measured is the one planned: the text is parsed once.
+        let ast = check_syntax_tree(sql, limits)?;
         let expr = ctx
-            .parse_sql_expr(sql, schema)
+            .state_ref()
+            .read()
+            .create_logical_expr_from_sql_expr(
+                sqlparser::ast::ExprWithAlias {
+                    expr: ast,
+                    alias: None,
+                },
+                schema,
+            )
             .map_err(|e| ExprError::Invalid(e.strip_backtrace()))?;
         check_tree(&expr, limits)?;
         Ok(expr)
@@ -107,7 +116,7 @@ pub fn parse(
 /// the table they apply to is known.
 pub fn check_syntax(sql: &str, limits: ExprLimits) -> Result<(), ExprError> {
     check_length(sql, limits)?;
-    stacker::grow(PARSE_STACK, || check_syntax_tree(sql, limits))
+    stacker::grow(PARSE_STACK, || check_syntax_tree(sql, limits).map(drop))
 }
 
 fn check_length(sql: &str, limits: ExprLimits) -> Result<(), ExprError> {
@@ -120,8 +129,9 @@ fn check_length(sql: &str, limits: ExprLimits) -> Result<(), ExprError> {
     Ok(())
 }
 
-/// Parses with sqlparser and measures the syntax tree; runs on [`PARSE_STACK`].
-fn check_syntax_tree(sql: &str, limits: ExprLimits) -> Result<(), ExprError> {
+/// Parses with sqlparser (the generic dialect, DataFusion's default) and measures the
+/// syntax tree; runs on [`PARSE_STACK`].
+fn check_syntax_tree(sql: &str, limits: ExprLimits) -> Result<sqlparser::ast::Expr, ExprError> {
     use sqlparser::keywords::Keyword;
     use sqlparser::parser::{Parser, ParserError};
     use sqlparser::tokenizer::{Token, Tokenizer};
@@ -172,7 +182,7 @@ fn check_syntax_tree(sql: &str, limits: ExprLimits) -> Result<(), ExprError> {
     };
     match ast.visit(&mut depth) {
         ControlFlow::Break(e) => Err(e),
-        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Continue(()) => Ok(ast),
     }
 }
 
