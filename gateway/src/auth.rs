@@ -2,7 +2,9 @@
 //! [`Principal`]. Authorization happens in each handler after the ticket or descriptor
 //! is decoded, against the grant mirror in [`crate::governance`].
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use hotgate_policy::{JwtValidator, Principal};
 
@@ -24,7 +26,7 @@ impl Authenticator {
 
     /// Replaces the keys, e.g. after a JWKS refresh.
     pub fn replace(&self, validator: JwtValidator) {
-        *self.validator.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(validator);
+        *self.validator.write() = Arc::new(validator);
     }
 
     pub fn authenticate(&self, header: Option<&str>) -> Result<Principal> {
@@ -41,7 +43,7 @@ impl Authenticator {
                 "authorization scheme {scheme:?} is not accepted; use Bearer"
             )));
         }
-        let validator = Arc::clone(&self.validator.read().unwrap_or_else(|p| p.into_inner()));
+        let validator = Arc::clone(&self.validator.read());
         Ok(validator.validate(token.trim())?)
     }
 }

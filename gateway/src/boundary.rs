@@ -3,13 +3,13 @@
 //! retention from these (`GET /v1/tables/{id}/boundary`): if most reads look back less
 //! than the hot window, the cold tier is rarely on the read path.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 
 use hotgate_store::TableName;
 use serde::Serialize;
 
-use crate::planner::Tiers;
+use crate::tiers::Tiers;
 
 /// Upper bounds of the time-range classes, in seconds, with their labels.
 const CLASSES: [(i64, &str); 7] = [
@@ -100,7 +100,7 @@ impl TierBoundary {
         until: Option<i64>,
         now_micros: i64,
     ) {
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tables = self.tables.lock();
         let counts = tables
             .entry(table.clone())
             .or_insert_with(BoundaryCounts::empty);
@@ -124,7 +124,6 @@ impl TierBoundary {
     pub fn counts(&self, table: &TableName) -> BoundaryCounts {
         self.tables
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(table)
             .cloned()
             .unwrap_or_else(BoundaryCounts::empty)

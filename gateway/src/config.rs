@@ -1,14 +1,25 @@
-//! Gateway configuration: TOML, then `HOTGATE_*` environment overrides, then command-line
-//! flags. Unknown keys and unknown `HOTGATE_*` variables are errors, so a typo never
-//! silently falls back to a default.
+//! Gateway configuration, loaded with figment: the defaults, then the TOML file, then
+//! `HOTGATE_*` environment variables, then command-line flags (applied by the binary).
+//! Every key has its variable: `HOTGATE_` and the key's path joined with `_`
+//! (`HOTGATE_DATA_DIR`, `HOTGATE_AUTH_JWKS_REFRESH`). Durations are humantime text
+//! (`30s`, `5m`). Unknown keys and unknown `HOTGATE_*` variables are errors, so a typo
+//! never silently falls back to a default.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-/// Environment variables read by hotgate that are not configuration keys.
-const NON_CONFIG_ENV: [&str; 2] = ["HOTGATE_LOG", "HOTGATE_TOKEN"];
+/// Environment variables read by hotgate that are not configuration keys (after the
+/// `HOTGATE_` prefix).
+const NON_CONFIG_ENV: [&str; 2] = ["LOG", "TOKEN"];
+
+/// The tables of the configuration: `HOTGATE_<TABLE>_<KEY>` sets `<table>.<key>`.
+const SECTIONS: [&str; 7] = [
+    "auth", "grants", "audit", "tiering", "deletion", "store", "catalog",
+];
 
 /// The whole configuration. Every field has a default: the embedded, all-local setup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +78,7 @@ impl StoreConfig {
 pub struct DeletionConfig {
     /// How long a request may take from `accepted` to `verified` before it is overdue
     /// (shown in its status and in `/metrics`).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub time_bound: std::time::Duration,
 }
 
@@ -87,16 +98,16 @@ pub struct TieringConfig {
     /// hot retention waits, since nothing gets tiered.
     pub scheduler: bool,
     /// How often the scheduler looks for due logs and applies hot retention.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub tick: std::time::Duration,
     /// How often each table is compacted, expired and purged (`0s`: only on request).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub maintenance_interval: std::time::Duration,
     /// Snapshots older than this are expired (the newest one always stays).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub snapshot_retention: std::time::Duration,
     /// Unreferenced files younger than this are not purged.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub purge_min_age: std::time::Duration,
 }
 
@@ -134,10 +145,10 @@ pub struct AuditConfig {
     /// A signed checkpoint after this many records...
     pub checkpoint_every: u64,
     /// ...or after this long with unsigned records, whichever comes first.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub checkpoint_interval: std::time::Duration,
     /// How long records stay in the hot tier (never before they are tiered).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub hot_retention: std::time::Duration,
     /// The Ed25519 key (64 hex digits) that signs checkpoints; created on first start.
     /// Default `<data_dir>/audit.ed25519.key`.
@@ -177,10 +188,10 @@ pub struct GrantsConfig {
     /// The catalog whose grants govern hotgate's tables.
     pub catalog: String,
     /// How often the source is read again (`0s`: only on `POST /v1/grants/sync`).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub refresh: std::time::Duration,
     /// With no successful sync for this long, every check fails closed (`0s`: never).
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub max_staleness: std::time::Duration,
     /// Base URL of the Polaris server, e.g. `http://polaris:8181`.
     pub polaris_url: Option<String>,
@@ -220,21 +231,8 @@ pub struct AuthConfig {
     /// without it) and again every `jwks_refresh`.
     pub jwks_url: Option<String>,
     /// How often the JWKS URL is fetched again, e.g. `5m`.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub jwks_refresh: std::time::Duration,
-}
-
-mod duration_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &std::time::Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&humantime::format_duration(*d))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
 }
 
 impl Default for Config {
@@ -267,6 +265,19 @@ impl Default for AuthConfig {
     }
 }
 
+/// The configuration key of the variable `HOTGATE_<name>` (`name` lowercased by
+/// figment): `auth_jwks_refresh` is `auth.jwks_refresh`, `data_dir` stays `data_dir`.
+fn config_key(name: &str) -> String {
+    SECTIONS
+        .iter()
+        .find_map(|section| {
+            name.strip_prefix(section)
+                .and_then(|rest| rest.strip_prefix('_'))
+                .map(|rest| format!("{section}.{rest}"))
+        })
+        .unwrap_or_else(|| name.to_owned())
+}
+
 /// A configuration problem, naming the file, key or variable.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration error: {0}")]
@@ -275,110 +286,34 @@ pub struct ConfigError(String);
 impl Config {
     /// Loads `file` (or the defaults without one), then applies the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut config = match file {
-            None => Config::default(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
-                toml::from_str(&text)
-                    .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?
-            }
-        };
-        config.apply_env(std::env::vars())?;
-        Ok(config)
+        Self::load_from(file, Env::prefixed("HOTGATE_"))
     }
 
-    /// Applies `HOTGATE_<KEY>` overrides; nested keys join with `_`
-    /// (`HOTGATE_AUTH_ISSUER`).
-    pub fn apply_env(
-        &mut self,
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), ConfigError> {
-        for (key, value) in vars {
-            let Some(name) = key.strip_prefix("HOTGATE_") else {
-                continue;
-            };
-            if NON_CONFIG_ENV.contains(&key.as_str()) {
-                continue;
-            }
-            let duration = |v: &str| {
-                humantime::parse_duration(v)
-                    .map_err(|e| ConfigError(format!("{key}={v:?} is not a duration ({e})")))
-            };
-            let addr = |v: &str| {
-                v.parse::<SocketAddr>()
-                    .map_err(|e| ConfigError(format!("{key}={v:?} is not HOST:PORT ({e})")))
-            };
-            match name {
-                "DATA_DIR" => self.data_dir = PathBuf::from(&value),
-                "FLIGHT_ADDR" => self.flight_addr = addr(&value)?,
-                "HTTP_ADDR" => self.http_addr = addr(&value)?,
-                "AUTH_ISSUER" => self.auth.issuer = value,
-                "AUTH_AUDIENCE" => self.auth.audience = value,
-                "AUTH_JWKS_FILE" => self.auth.jwks_file = Some(PathBuf::from(value)),
-                "AUTH_JWKS_URL" => self.auth.jwks_url = Some(value),
-                "GRANTS_SOURCE" => {
-                    self.grants.source = match value.as_str() {
-                        "file" => GrantsSourceKind::File,
-                        "polaris" => GrantsSourceKind::Polaris,
-                        other => {
-                            return Err(ConfigError(format!(
-                                "{key}={other:?}: use file or polaris"
-                            )));
-                        }
-                    }
-                }
-                "GRANTS_FILE" => self.grants.file = Some(PathBuf::from(value)),
-                "GRANTS_CATALOG" => self.grants.catalog = value,
-                "GRANTS_REFRESH" => self.grants.refresh = duration(&value)?,
-                "GRANTS_MAX_STALENESS" => self.grants.max_staleness = duration(&value)?,
-                "GRANTS_POLARIS_URL" => self.grants.polaris_url = Some(value),
-                "GRANTS_POLARIS_TOKEN" => self.grants.polaris_token = Some(value),
-                "HASH_KEY_FILE" => self.hash_key_file = Some(PathBuf::from(value)),
-                "AUDIT_ENABLED" => {
-                    self.audit.enabled = value
-                        .parse()
-                        .map_err(|_| ConfigError(format!("{key}={value:?}: use true or false")))?
-                }
-                "AUDIT_CHECKPOINT_EVERY" => {
-                    self.audit.checkpoint_every = value
-                        .parse()
-                        .map_err(|_| ConfigError(format!("{key}={value:?} is not a count")))?
-                }
-                "AUDIT_CHECKPOINT_INTERVAL" => self.audit.checkpoint_interval = duration(&value)?,
-                "AUDIT_KEY_FILE" => self.audit.key_file = Some(PathBuf::from(value)),
-                "TIERING_SCHEDULER" => {
-                    self.tiering.scheduler = value
-                        .parse()
-                        .map_err(|_| ConfigError(format!("{key}={value:?}: use true or false")))?
-                }
-                "TIERING_TICK" => self.tiering.tick = duration(&value)?,
-                "TIERING_MAINTENANCE_INTERVAL" => {
-                    self.tiering.maintenance_interval = duration(&value)?
-                }
-                "DELETION_TIME_BOUND" => self.deletion.time_bound = duration(&value)?,
-                "STORE_STATE_CACHE_MB" => {
-                    self.store.state_cache_mb = value.parse().map_err(|_| {
-                        ConfigError(format!("{key}={value:?} is not a whole number of MiB"))
-                    })?
-                }
-                _ => {
-                    return Err(ConfigError(format!(
-                        "unknown environment variable {key}; known: HOTGATE_DATA_DIR, \
-                         HOTGATE_FLIGHT_ADDR, HOTGATE_HTTP_ADDR, HOTGATE_AUTH_ISSUER, \
-                         HOTGATE_AUTH_AUDIENCE, HOTGATE_AUTH_JWKS_FILE, HOTGATE_AUTH_JWKS_URL, \
-                         HOTGATE_GRANTS_SOURCE, HOTGATE_GRANTS_FILE, HOTGATE_GRANTS_CATALOG, \
-                         HOTGATE_GRANTS_REFRESH, HOTGATE_GRANTS_MAX_STALENESS, HOTGATE_GRANTS_POLARIS_URL, \
-                         HOTGATE_GRANTS_POLARIS_TOKEN, HOTGATE_HASH_KEY_FILE, HOTGATE_AUDIT_ENABLED, \
-                         HOTGATE_AUDIT_CHECKPOINT_EVERY, HOTGATE_AUDIT_CHECKPOINT_INTERVAL, \
-                         HOTGATE_AUDIT_KEY_FILE, HOTGATE_TIERING_SCHEDULER, HOTGATE_TIERING_TICK, \
-                         HOTGATE_TIERING_MAINTENANCE_INTERVAL, HOTGATE_DELETION_TIME_BOUND, \
-                         HOTGATE_STORE_STATE_CACHE_MB, HOTGATE_LOG, HOTGATE_TOKEN"
-                    )));
-                }
-            }
+    /// [`Config::load`] with the variables of `env` instead of the process's.
+    fn load_from(file: Option<&Path>, env: Env) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            // A missing file would read as empty; a file that was named must exist.
+            std::fs::metadata(path)
+                .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+            figment = figment.merge(Toml::file_exact(path));
         }
-        Ok(())
+        let env = env
+            .ignore(&NON_CONFIG_ENV)
+            // Keys keep the variable's case; the configuration's are lower case.
+            .map(|key| config_key(&key.as_str().to_ascii_lowercase()).into());
+        figment.merge(env).extract().map_err(|errors| {
+            // Each problem names its key first (`flight_addr: invalid socket address
+            // ...`), then where the value came from (the file or the variable).
+            let problems: Vec<String> = errors
+                .into_iter()
+                .map(|e| match e.path.join(".") {
+                    key if key.is_empty() => e.to_string(),
+                    key => format!("{key}: {e}"),
+                })
+                .collect();
+            ConfigError(problems.join("; "))
+        })
     }
 
     /// The catalog configured, or the embedded SQLite one under the data dir.
@@ -419,38 +354,292 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
+    /// Loads `toml` (if any) and the variables `vars` as the only environment.
+    /// A jail (a temp directory and a private environment, one test at a time) keeps
+    /// the tests' variables from meeting each other's.
+    // The jail's closure returns figment's own (large) error type.
+    #[allow(clippy::result_large_err)]
+    fn load(toml: Option<&str>, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut loaded = None;
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            for (k, v) in vars {
+                jail.set_env(k, v);
+            }
+            if let Some(text) = toml {
+                jail.create_file("hotgate.toml", text)?;
+            }
+            let file = toml.map(|_| Path::new("hotgate.toml"));
+            loaded = Some(Config::load_from(file, Env::prefixed("HOTGATE_")));
+            Ok(())
+        });
+        loaded.expect("the jail ran")
+    }
+
+    fn load_ok(toml: Option<&str>, vars: &[(&str, &str)]) -> Config {
+        load(toml, vars).unwrap()
+    }
+
     #[test]
-    fn toml_env_and_unknown_keys() {
-        let c: Config = toml::from_str(
-            "data_dir = \"/d\"\nflight_addr = \"0.0.0.0:1\"\n[auth]\nissuer = \"idp\"\n",
-        )
-        .unwrap();
+    fn defaults_then_file_then_environment() {
+        let c = load_ok(
+            Some("data_dir = \"/d\"\nflight_addr = \"0.0.0.0:1\"\n[auth]\nissuer = \"idp\"\n"),
+            &[
+                ("HOTGATE_AUTH_ISSUER", "from-env"),
+                ("HOTGATE_LOG", "debug"),
+                ("PATH", "/bin"),
+            ],
+        );
         assert_eq!(c.data_dir, PathBuf::from("/d"));
-        assert_eq!(c.auth.issuer, "idp");
-        assert_eq!(c.auth.audience, "hotgate");
+        assert_eq!(c.flight_addr.port(), 1);
+        assert_eq!(
+            c.auth.issuer, "from-env",
+            "the environment overrides the file"
+        );
+        assert_eq!(
+            c.auth.audience, "hotgate",
+            "defaults fill what neither sets"
+        );
         assert_eq!(c.http_addr, Config::default().http_addr);
-        let err = toml::from_str::<Config>("data_dri = \"/d\"")
+    }
+
+    #[test]
+    fn unknown_keys_and_variables_and_bad_values_are_errors_that_name_them() {
+        let err = load(Some("data_dri = \"/d\""), &[])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("unknown field `data_dri`"), "{err}");
+        assert!(err.contains("data_dri"), "{err}");
+        let err = load(None, &[("HOTGATE_HTTP_ADRR", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http_adrr"), "{err}");
+        let err = load(None, &[("HOTGATE_AUTH_ISSUR", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("issur"), "{err}");
+        let err = load(None, &[("HOTGATE_FLIGHT_ADDR", "nope")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("flight_addr"), "{err}");
+        let err = load(None, &[("HOTGATE_TIERING_TICK", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tick"), "{err}");
+        let missing = Config::load_from(
+            Some(Path::new("/no/such/hotgate.toml")),
+            Env::raw().only(&[]),
+        );
+        assert!(missing.unwrap_err().to_string().contains("cannot read"));
+    }
 
-        let mut c = Config::default();
-        c.apply_env([
-            ("HOTGATE_HTTP_ADDR".to_owned(), "127.0.0.1:9".to_owned()),
-            ("HOTGATE_LOG".to_owned(), "debug".to_owned()),
-            ("PATH".to_owned(), "/bin".to_owned()),
-        ])
-        .unwrap();
-        assert_eq!(c.http_addr.port(), 9);
-        let err = c
-            .apply_env([("HOTGATE_HTTP_ADRR".to_owned(), "x".to_owned())])
-            .unwrap_err();
-        assert!(err.to_string().contains("HOTGATE_HTTP_ADRR"));
-        let err = c
-            .apply_env([("HOTGATE_FLIGHT_ADDR".to_owned(), "nope".to_owned())])
-            .unwrap_err();
-        assert!(err.to_string().contains("not HOST:PORT"));
+    /// Every configuration variable, a value for it, and the effect it must have.
+    #[allow(clippy::type_complexity)]
+    fn every_variable() -> Vec<(&'static str, &'static str, Box<dyn Fn(&Config) -> bool>)> {
+        let s = Duration::from_secs;
+        vec![
+            (
+                "HOTGATE_DATA_DIR",
+                "/srv/hg",
+                Box::new(|c| c.data_dir == Path::new("/srv/hg")),
+            ),
+            (
+                "HOTGATE_FLIGHT_ADDR",
+                "0.0.0.0:7001",
+                Box::new(|c| c.flight_addr.port() == 7001),
+            ),
+            (
+                "HOTGATE_HTTP_ADDR",
+                "0.0.0.0:7002",
+                Box::new(|c| c.http_addr.port() == 7002),
+            ),
+            (
+                "HOTGATE_HASH_KEY_FILE",
+                "/k/hash",
+                Box::new(|c| c.hash_key_file.as_deref() == Some(Path::new("/k/hash"))),
+            ),
+            (
+                "HOTGATE_AUTH_ISSUER",
+                "idp",
+                Box::new(|c| c.auth.issuer == "idp"),
+            ),
+            (
+                "HOTGATE_AUTH_AUDIENCE",
+                "aud",
+                Box::new(|c| c.auth.audience == "aud"),
+            ),
+            (
+                "HOTGATE_AUTH_JWKS_FILE",
+                "/k/jwks.json",
+                Box::new(|c| c.auth.jwks_file.as_deref() == Some(Path::new("/k/jwks.json"))),
+            ),
+            (
+                "HOTGATE_AUTH_JWKS_URL",
+                "http://idp/jwks",
+                Box::new(|c| c.auth.jwks_url.as_deref() == Some("http://idp/jwks")),
+            ),
+            (
+                "HOTGATE_AUTH_JWKS_REFRESH",
+                "7m",
+                Box::new(move |c| c.auth.jwks_refresh == s(420)),
+            ),
+            (
+                "HOTGATE_GRANTS_SOURCE",
+                "polaris",
+                Box::new(|c| c.grants.source == GrantsSourceKind::Polaris),
+            ),
+            (
+                "HOTGATE_GRANTS_FILE",
+                "/g.json",
+                Box::new(|c| c.grants.file.as_deref() == Some(Path::new("/g.json"))),
+            ),
+            (
+                "HOTGATE_GRANTS_CATALOG",
+                "prod",
+                Box::new(|c| c.grants.catalog == "prod"),
+            ),
+            (
+                "HOTGATE_GRANTS_REFRESH",
+                "9s",
+                Box::new(move |c| c.grants.refresh == s(9)),
+            ),
+            (
+                "HOTGATE_GRANTS_MAX_STALENESS",
+                "11s",
+                Box::new(move |c| c.grants.max_staleness == s(11)),
+            ),
+            (
+                "HOTGATE_GRANTS_POLARIS_URL",
+                "http://p:8181",
+                Box::new(|c| c.grants.polaris_url.as_deref() == Some("http://p:8181")),
+            ),
+            (
+                "HOTGATE_GRANTS_POLARIS_TOKEN",
+                "tok",
+                Box::new(|c| c.grants.polaris_token.as_deref() == Some("tok")),
+            ),
+            (
+                "HOTGATE_GRANTS_POLARIS_TOKEN_FILE",
+                "/t",
+                Box::new(|c| c.grants.polaris_token_file.as_deref() == Some(Path::new("/t"))),
+            ),
+            (
+                "HOTGATE_AUDIT_ENABLED",
+                "false",
+                Box::new(|c| !c.audit.enabled),
+            ),
+            (
+                "HOTGATE_AUDIT_CHECKPOINT_EVERY",
+                "77",
+                Box::new(|c| c.audit.checkpoint_every == 77),
+            ),
+            (
+                "HOTGATE_AUDIT_CHECKPOINT_INTERVAL",
+                "13s",
+                Box::new(move |c| c.audit.checkpoint_interval == s(13)),
+            ),
+            (
+                "HOTGATE_AUDIT_HOT_RETENTION",
+                "2days",
+                Box::new(move |c| c.audit.hot_retention == s(2 * 86_400)),
+            ),
+            (
+                "HOTGATE_AUDIT_KEY_FILE",
+                "/k/a",
+                Box::new(|c| c.audit.key_file.as_deref() == Some(Path::new("/k/a"))),
+            ),
+            (
+                "HOTGATE_TIERING_SCHEDULER",
+                "false",
+                Box::new(|c| !c.tiering.scheduler),
+            ),
+            (
+                "HOTGATE_TIERING_TICK",
+                "3s",
+                Box::new(move |c| c.tiering.tick == s(3)),
+            ),
+            (
+                "HOTGATE_TIERING_MAINTENANCE_INTERVAL",
+                "17s",
+                Box::new(move |c| c.tiering.maintenance_interval == s(17)),
+            ),
+            (
+                "HOTGATE_TIERING_SNAPSHOT_RETENTION",
+                "19s",
+                Box::new(move |c| c.tiering.snapshot_retention == s(19)),
+            ),
+            (
+                "HOTGATE_TIERING_PURGE_MIN_AGE",
+                "23s",
+                Box::new(move |c| c.tiering.purge_min_age == s(23)),
+            ),
+            (
+                "HOTGATE_DELETION_TIME_BOUND",
+                "29s",
+                Box::new(move |c| c.deletion.time_bound == s(29)),
+            ),
+            (
+                "HOTGATE_STORE_STATE_CACHE_MB",
+                "31",
+                Box::new(|c| c.store.state_cache_mb == 31),
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_variable_is_read_and_has_its_effect() {
+        for (name, value, effect) in every_variable() {
+            let c = load(None, &[(name, value)]).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+            assert!(effect(&c), "{name}={value} had no effect");
+            assert!(
+                !effect(&Config::default()),
+                "{name}: the check passes on the defaults"
+            );
+        }
+    }
+
+    #[test]
+    fn every_variable_the_readme_names_is_read() {
+        let readme = include_str!("../../README.md");
+        let known: Vec<&str> = every_variable().iter().map(|(n, _, _)| *n).collect();
+        let mut named = std::collections::BTreeSet::new();
+        for (i, _) in readme.match_indices("HOTGATE_") {
+            let name: String = readme[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            named.insert(name);
+        }
+        assert!(named.len() > 5, "{named:?}");
+        for name in named {
+            if NON_CONFIG_ENV
+                .iter()
+                .any(|n| name == format!("HOTGATE_{n}"))
+            {
+                continue;
+            }
+            // `HOTGATE_AUTH_*` names a family: at least one variable must be in it.
+            assert!(
+                known
+                    .iter()
+                    .any(|k| *k == name || (name.ends_with('_') && k.starts_with(&name))),
+                "README names {name}, which no test sets"
+            );
+        }
+        // And every key the README lists for the file has its variable.
+        for key in [
+            "jwks_refresh",
+            "polaris_token_file",
+            "state_cache_mb",
+            "max_staleness",
+        ] {
+            assert!(
+                known.iter().any(|k| k.to_lowercase().ends_with(key)),
+                "{key}"
+            );
+        }
     }
 }

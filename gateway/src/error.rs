@@ -1,11 +1,19 @@
-//! The gateway's one error type, mapped to gRPC statuses and HTTP responses. Messages
-//! say what to fix and never echo row data.
+//! The gateway's one error type, and the one place it becomes a gRPC status or an HTTP
+//! response. Messages say what to fix and never echo row data.
+//!
+//! An error of kind [`Code::Internal`] is the server's own failure: its message can
+//! name server paths or causes the caller has no business seeing. When it leaves the
+//! server ([`GatewayError::into_status`], [`IntoResponse`]), it is logged at `error`
+//! with a fresh error id and its whole cause chain, and the caller gets only the id.
+
+use std::error::Error as _;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use datafusion::error::DataFusionError;
 use hotgate_policy::{AuthError, PolicyError};
 use hotgate_store::{ErrorKind, StoreError};
+use hotgate_tiering::TieringError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -23,8 +31,30 @@ pub enum GatewayError {
     ResourceExhausted(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("{0}")]
+    Unimplemented(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A failure of the hot store, with its cause; its kind decides the code.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A failure of the cold tier, with its cause; its kind decides the code.
+    #[error(transparent)]
+    Tiering(#[from] TieringError),
+}
+
+/// The kind of a [`GatewayError`]: its gRPC code (and HTTP status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Unauthenticated,
+    PermissionDenied,
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    ResourceExhausted,
+    Unavailable,
+    Unimplemented,
+    Internal,
 }
 
 pub type Result<T, E = GatewayError> = std::result::Result<T, E>;
@@ -47,22 +77,105 @@ pub fn panicked(panic: &(dyn std::any::Any + Send)) -> GatewayError {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a non-text panic");
-    tracing::error!("a call panicked: {what}");
-    GatewayError::Internal("the call failed on the server (a bug; see the server log)".into())
+    // Logged with the error id when the error leaves the server.
+    GatewayError::Internal(format!("a call panicked (a bug): {what}"))
 }
 
 impl GatewayError {
+    /// The error's kind.
+    pub fn kind(&self) -> Code {
+        match self {
+            GatewayError::Unauthenticated(_) => Code::Unauthenticated,
+            GatewayError::PermissionDenied(_) => Code::PermissionDenied,
+            GatewayError::InvalidArgument(_) => Code::InvalidArgument,
+            GatewayError::NotFound(_) => Code::NotFound,
+            GatewayError::AlreadyExists(_) => Code::AlreadyExists,
+            GatewayError::ResourceExhausted(_) => Code::ResourceExhausted,
+            GatewayError::Unavailable(_) => Code::Unavailable,
+            GatewayError::Unimplemented(_) => Code::Unimplemented,
+            GatewayError::Internal(_) => Code::Internal,
+            GatewayError::Store(e) => match e.kind() {
+                ErrorKind::InvalidArgument => Code::InvalidArgument,
+                ErrorKind::NotFound => Code::NotFound,
+                ErrorKind::AlreadyExists => Code::AlreadyExists,
+                ErrorKind::Unavailable => Code::Unavailable,
+                ErrorKind::Corrupt | ErrorKind::Io => Code::Internal,
+            },
+            GatewayError::Tiering(e) => match e.kind() {
+                hotgate_tiering::ErrorKind::InvalidArgument => Code::InvalidArgument,
+                hotgate_tiering::ErrorKind::NotFound => Code::NotFound,
+                hotgate_tiering::ErrorKind::Conflict | hotgate_tiering::ErrorKind::Unavailable => {
+                    Code::Unavailable
+                }
+            },
+        }
+    }
+
     /// The gRPC code name, used as the `code` label of the error metric.
     pub fn code(&self) -> &'static str {
-        match self {
-            GatewayError::Unauthenticated(_) => "unauthenticated",
-            GatewayError::PermissionDenied(_) => "permission_denied",
-            GatewayError::InvalidArgument(_) => "invalid_argument",
-            GatewayError::NotFound(_) => "not_found",
-            GatewayError::AlreadyExists(_) => "already_exists",
-            GatewayError::ResourceExhausted(_) => "resource_exhausted",
-            GatewayError::Unavailable(_) => "unavailable",
-            GatewayError::Internal(_) => "internal",
+        match self.kind() {
+            Code::Unauthenticated => "unauthenticated",
+            Code::PermissionDenied => "permission_denied",
+            Code::InvalidArgument => "invalid_argument",
+            Code::NotFound => "not_found",
+            Code::AlreadyExists => "already_exists",
+            Code::ResourceExhausted => "resource_exhausted",
+            Code::Unavailable => "unavailable",
+            Code::Unimplemented => "unimplemented",
+            Code::Internal => "internal",
+        }
+    }
+
+    /// Whether trying the same thing again later can succeed: a part that was
+    /// unavailable, a limit, or the server's own failure (I/O, a file still being
+    /// compacted). A bad request, a missing table or a denial fail the same way again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind(),
+            Code::Unavailable | Code::ResourceExhausted | Code::Internal
+        )
+    }
+
+    /// The message a caller may see. For an internal error that is only an error id:
+    /// the error is logged at `error` under that id with its whole cause chain.
+    pub fn public_message(&self) -> String {
+        if self.kind() != Code::Internal {
+            return self.to_string();
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut cause = self.to_string();
+        let mut source = self.source();
+        // A transparent variant's source is the error itself: skip repeats.
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !cause.ends_with(&text) {
+                cause.push_str(": ");
+                cause.push_str(&text);
+            }
+            source = s.source();
+        }
+        tracing::error!(error_id = %id, "internal error: {cause}");
+        format!("internal error {id}: the server failed; its log has the cause under this id")
+    }
+
+    /// The status of a method hotgate does not offer.
+    pub fn unimplemented(what: &str) -> tonic::Status {
+        GatewayError::Unimplemented(what.to_owned()).into_status()
+    }
+
+    /// The gRPC status of this error; the one place where one is made.
+    pub fn into_status(self) -> tonic::Status {
+        let message = self.public_message();
+        match self.kind() {
+            Code::Unauthenticated => tonic::Status::unauthenticated(message),
+            Code::PermissionDenied => tonic::Status::permission_denied(message),
+            Code::InvalidArgument => tonic::Status::invalid_argument(message),
+            Code::NotFound => tonic::Status::not_found(message),
+            Code::AlreadyExists => tonic::Status::already_exists(message),
+            Code::ResourceExhausted => tonic::Status::resource_exhausted(message),
+            Code::Unavailable => tonic::Status::unavailable(message),
+            Code::Unimplemented => tonic::Status::unimplemented(message),
+            Code::Internal => tonic::Status::internal(message),
         }
     }
 
@@ -72,48 +185,25 @@ impl GatewayError {
     /// (a privilege, a resource, a role, a policy id, a column) and a token check's
     /// fixed text.
     pub fn audit_reason(&self) -> String {
-        let fixed = match self {
-            GatewayError::Unauthenticated(m) | GatewayError::PermissionDenied(m) => {
+        let fixed = match (self.kind(), self) {
+            (_, GatewayError::Unauthenticated(m) | GatewayError::PermissionDenied(m)) => {
                 return format!("{}: {m}", self.code());
             }
-            GatewayError::InvalidArgument(_) => {
+            (Code::Unauthenticated | Code::PermissionDenied, _) => "the call was refused",
+            (Code::InvalidArgument, _) => {
                 "the request was malformed or failed on a value (details withheld; see \
                  query_digest)"
             }
-            GatewayError::NotFound(_) => "what the request names does not exist",
-            GatewayError::AlreadyExists(_) => "what the request creates exists already",
-            GatewayError::ResourceExhausted(_) => "a limit was reached",
-            GatewayError::Unavailable(_) => {
+            (Code::NotFound, _) => "what the request names does not exist",
+            (Code::AlreadyExists, _) => "what the request creates exists already",
+            (Code::ResourceExhausted, _) => "a limit was reached",
+            (Code::Unavailable, _) => {
                 "a part hotgate depends on was unavailable (details in the server log)"
             }
-            GatewayError::Internal(_) => "the server failed (details in the server log)",
+            (Code::Unimplemented, _) => "the call is not supported",
+            (Code::Internal, _) => "the server failed (details in the server log)",
         };
         format!("{}: {fixed}", self.code())
-    }
-}
-
-impl From<StoreError> for GatewayError {
-    fn from(e: StoreError) -> Self {
-        let msg = e.to_string();
-        match e.kind() {
-            ErrorKind::InvalidArgument => GatewayError::InvalidArgument(msg),
-            ErrorKind::NotFound => GatewayError::NotFound(msg),
-            ErrorKind::AlreadyExists => GatewayError::AlreadyExists(msg),
-            ErrorKind::Unavailable => GatewayError::Unavailable(msg),
-            ErrorKind::Corrupt | ErrorKind::Io => GatewayError::Internal(msg),
-        }
-    }
-}
-
-impl From<hotgate_tiering::TieringError> for GatewayError {
-    fn from(e: hotgate_tiering::TieringError) -> Self {
-        use hotgate_tiering::ErrorKind;
-        let msg = e.to_string();
-        match e.kind() {
-            ErrorKind::InvalidArgument => GatewayError::InvalidArgument(msg),
-            ErrorKind::NotFound => GatewayError::NotFound(msg),
-            ErrorKind::Conflict | ErrorKind::Unavailable => GatewayError::Unavailable(msg),
-        }
     }
 }
 
@@ -197,32 +287,24 @@ impl From<DataFusionError> for GatewayError {
 
 impl From<GatewayError> for tonic::Status {
     fn from(e: GatewayError) -> Self {
-        match e {
-            GatewayError::Unauthenticated(m) => tonic::Status::unauthenticated(m),
-            GatewayError::PermissionDenied(m) => tonic::Status::permission_denied(m),
-            GatewayError::InvalidArgument(m) => tonic::Status::invalid_argument(m),
-            GatewayError::NotFound(m) => tonic::Status::not_found(m),
-            GatewayError::AlreadyExists(m) => tonic::Status::already_exists(m),
-            GatewayError::ResourceExhausted(m) => tonic::Status::resource_exhausted(m),
-            GatewayError::Unavailable(m) => tonic::Status::unavailable(m),
-            e @ GatewayError::Internal(_) => tonic::Status::internal(e.to_string()),
-        }
+        e.into_status()
     }
 }
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        let status = match &self {
-            GatewayError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            GatewayError::PermissionDenied(_) => StatusCode::FORBIDDEN,
-            GatewayError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-            GatewayError::NotFound(_) => StatusCode::NOT_FOUND,
-            GatewayError::AlreadyExists(_) => StatusCode::CONFLICT,
-            GatewayError::ResourceExhausted(_) => StatusCode::TOO_MANY_REQUESTS,
-            GatewayError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        let status = match self.kind() {
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::AlreadyExists => StatusCode::CONFLICT,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let body = serde_json::json!({"error": self.to_string(), "code": self.code()});
+        let body = serde_json::json!({"error": self.public_message(), "code": self.code()});
         (status, axum::Json(body)).into_response()
     }
 }

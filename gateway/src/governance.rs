@@ -7,7 +7,9 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use hotgate_policy::grants::{Drift, drift};
@@ -73,7 +75,10 @@ mod humantime_serde_opt {
     use serde::Serializer;
     use std::time::SystemTime;
 
-    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(
+        t: &Option<SystemTime>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match t {
             Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
             None => s.serialize_none(),
@@ -175,18 +180,15 @@ impl Governance {
     }
 
     pub fn mirror(&self) -> Arc<GrantsMirror> {
-        Arc::clone(&self.mirror.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.mirror.read())
     }
 
     pub fn policies(&self) -> Arc<PolicySet> {
-        Arc::clone(&self.policies.read().unwrap_or_else(|p| p.into_inner()))
+        Arc::clone(&self.policies.read())
     }
 
     pub fn status(&self) -> SyncStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.status.lock().clone()
     }
 
     pub fn hash_key(&self) -> &HashKey {
@@ -197,11 +199,7 @@ impl Governance {
     /// closed with `Unavailable`).
     fn fresh_mirror(&self) -> Result<Arc<GrantsMirror>> {
         if let Some(limit) = self.max_staleness {
-            let age = self
-                .last_success
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .elapsed();
+            let age = self.last_success.lock().elapsed();
             if age > limit {
                 return Err(GatewayError::Unavailable(format!(
                     "the grant mirror has not synced with {} for {}s (limit {}s); \
@@ -342,17 +340,17 @@ impl Governance {
                 .await
                 .map_err(GatewayError::from)?;
             let version = next.version();
-            *self.mirror.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+            *self.mirror.write() = Arc::new(next);
             Ok(SyncReport {
                 version,
                 changed: true,
             })
         }
         .await;
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut status = self.status.lock();
         match &outcome {
             Ok(report) => {
-                *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                *self.last_success.lock() = Instant::now();
                 status.version = report.version;
                 status.last_success = Some(SystemTime::now());
                 status.last_error = None;
@@ -394,7 +392,7 @@ impl Governance {
             serde_json::to_vec_pretty(&next).map_err(|e| GatewayError::Internal(e.to_string()))?;
         write_durable(&self.policies_path, &bytes)?;
         let next = Arc::new(next);
-        *self.policies.write().unwrap_or_else(|p| p.into_inner()) = Arc::clone(&next);
+        *self.policies.write() = Arc::clone(&next);
         tracing::info!(version = next.version, "data policies updated");
         Ok(next)
     }
@@ -411,26 +409,23 @@ impl Governance {
     }
 
     /// Spawns the periodic sync. It stops when `shutdown` flips.
-    pub fn spawn_refresh(
-        self: &Arc<Self>,
+    pub async fn run_refresh(
+        self: Arc<Self>,
         every: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        cancel: tokio_util::sync::CancellationToken,
     ) {
         if every.is_zero() {
             return;
         }
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => { let _ = this.sync().await; }
-                    _ = shutdown.changed() => break,
-                }
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => { let _ = self.sync().await; }
+                () = cancel.cancelled() => break,
             }
-        });
+        }
     }
 }
 
@@ -508,8 +503,7 @@ fn check_policy_targets(store: &Store, p: &DataPolicy, key: &HashKey) -> Result<
 }
 
 fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
-    hotgate_store::write_file_durable(path, bytes)
-        .map_err(|e| GatewayError::Internal(format!("cannot write {}: {e}", path.display())))
+    Ok(hotgate_store::fs::write_file_durable(path, bytes)?)
 }
 
 /// The gateway's HMAC key: created on first start (0600), then reused, so hashes stay

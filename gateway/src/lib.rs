@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod background;
 pub mod boundary;
 pub mod config;
 pub mod deletion;
@@ -22,11 +23,13 @@ pub mod http;
 pub mod metrics;
 pub mod planner;
 pub mod polaris;
+pub mod pushdown;
 pub mod scheduler;
 pub mod secret_file;
 pub mod server;
 pub mod state;
 pub mod ticket;
+pub mod tiers;
 
 pub use config::Config;
 pub use error::GatewayError;

@@ -1,7 +1,7 @@
 //! Prometheus metrics: the gateway's own counters and histograms, plus the store's
 //! counters, exported at `/metrics`.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use hotgate_store::{MetricsSnapshot, Store};
 
@@ -154,7 +154,7 @@ impl GatewayMetrics {
             .set(i64::try_from(store.state_cache_bytes()).unwrap_or(i64::MAX));
         let now = store.metrics().snapshot();
         {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = self.last.lock();
             let fsyncs = now.fsyncs - last.fsyncs;
             if fsyncs > 0 {
                 self.group_commit_frames

@@ -15,7 +15,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
@@ -24,33 +24,17 @@ use futures::{StreamExt, TryStreamExt};
 use hotgate_policy::SecureView;
 use hotgate_policy::bounded_expr::{self, ExprLimits};
 use hotgate_store::{HotTable, LogId, ScanRequest};
-use hotgate_tiering::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue, Tierer};
+use hotgate_tiering::{ColdScanRequest, ColdSnapshot, Tierer};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
+use crate::pushdown::{cold_filter, column_comparison};
 use crate::ticket::Scan;
+use crate::tiers::Tiers;
 
 /// Most partitions one scan is split into (each reads a subset of the logs).
 const MAX_PARTITIONS: usize = 4;
-
-/// Which tiers a read touches, as the audit and the tier-boundary counters see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tiers {
-    Hot,
-    Cold,
-    HotAndCold,
-}
-
-impl Tiers {
-    pub fn names(self) -> Vec<String> {
-        match self {
-            Tiers::Hot => vec!["hot".into()],
-            Tiers::Cold => vec!["cold".into()],
-            Tiers::HotAndCold => vec!["hot".into(), "cold".into()],
-        }
-    }
-}
 
 /// The tiers a read of a table uses: the cold snapshot to union with, if any.
 #[derive(Debug, Clone)]
@@ -467,51 +451,6 @@ impl PartitionStream for ColdPartition {
             });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
-}
-
-/// `column <op> literal` or `literal <op> column`, as `(column, op, literal)` with the
-/// operator turned to read column-first.
-fn column_comparison(expr: &Expr) -> Option<(&datafusion::common::Column, Operator, &ScalarValue)> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
-        return None;
-    };
-    match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), Expr::Literal(v, _)) => Some((c, *op, v)),
-        (Expr::Literal(v, _), Expr::Column(c)) => Some((c, op.swap()?, v)),
-        _ => None,
-    }
-}
-
-/// `column <op> literal` (either way round) as a filter the cold scan can prune with.
-/// Anything else, including comparisons with computed expressions (such as a masked
-/// column above the secure view), is not pushed.
-pub(crate) fn cold_filter(expr: &Expr) -> Option<ColdFilter> {
-    let (column, op, literal) = column_comparison(expr)?;
-    let op = match op {
-        Operator::Eq => CmpOp::Eq,
-        Operator::NotEq => CmpOp::NotEq,
-        Operator::Lt => CmpOp::Lt,
-        Operator::LtEq => CmpOp::LtEq,
-        Operator::Gt => CmpOp::Gt,
-        Operator::GtEq => CmpOp::GtEq,
-        _ => return None,
-    };
-    let value = match literal {
-        ScalarValue::Boolean(Some(v)) => ColdValue::Bool(*v),
-        ScalarValue::Int32(Some(v)) => ColdValue::Int(*v),
-        ScalarValue::Int64(Some(v)) => ColdValue::Long(*v),
-        ScalarValue::Utf8(Some(v))
-        | ScalarValue::LargeUtf8(Some(v))
-        | ScalarValue::Utf8View(Some(v)) => ColdValue::String(v.clone()),
-        ScalarValue::Date32(Some(v)) => ColdValue::Date(*v),
-        ScalarValue::TimestampMicrosecond(Some(v), _) => ColdValue::TimestampMicros(*v),
-        _ => return None,
-    };
-    Some(ColdFilter {
-        column: column.name.clone(),
-        op,
-        value,
-    })
 }
 
 /// The rows of `batch` whose bucket key falls in `buckets` (Iceberg's `bucket[n]`).

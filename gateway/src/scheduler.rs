@@ -12,41 +12,42 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hotgate_store::HotTable;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::CallAudit;
-use crate::planner::Tiers;
 use crate::state::GatewayState;
+use crate::tiers::Tiers;
 
-pub fn spawn_tiering(
+/// Tiers, retains and maintains every table each `tick` until `cancel` fires. A cycle
+/// in progress then finishes its table (tiering is exactly-once, so a cycle cut by a
+/// crash is also safe) and the loop ends.
+pub async fn run_tiering(
     state: Arc<GatewayState>,
     tick: Duration,
     maintenance_interval: Duration,
-    mut stop: watch::Receiver<bool>,
+    cancel: CancellationToken,
 ) {
-    tokio::spawn(async move {
-        let mut last_maintenance = tokio::time::Instant::now();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(tick) => {}
-                _ = stop.wait_for(|s| *s) => return,
+    let mut last_maintenance = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            () = cancel.cancelled() => return,
+        }
+        let maintain =
+            !maintenance_interval.is_zero() && last_maintenance.elapsed() >= maintenance_interval;
+        if maintain {
+            last_maintenance = tokio::time::Instant::now();
+        }
+        for hot in state.store.tables() {
+            if cancel.is_cancelled() {
+                return;
             }
-            let maintain = !maintenance_interval.is_zero()
-                && last_maintenance.elapsed() >= maintenance_interval;
+            tick_table(&state, &hot).await;
             if maintain {
-                last_maintenance = tokio::time::Instant::now();
-            }
-            for hot in state.store.tables() {
-                if *stop.borrow() {
-                    return;
-                }
-                tick_table(&state, &hot).await;
-                if maintain {
-                    maintain_table(&state, &hot).await;
-                }
+                maintain_table(&state, &hot).await;
             }
         }
-    });
+    }
 }
 
 async fn maintain_table(state: &GatewayState, hot: &Arc<HotTable>) {

@@ -1,42 +1,29 @@
-//! Key files in the data dir (the write hash key, the audit signing key): hex text,
-//! created once with mode 0600 and reused after, so hashes and signatures stay stable
-//! across restarts.
+//! Key files in the data dir (the write hash key, the audit signing key, the embedded
+//! issuer's key): hex text, created once with mode 0600 through the store's durable
+//! file helpers and reused after, so hashes, signatures and tokens stay valid across
+//! restarts.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use hotgate_store::fs::{create_dir_durable, write_secret_durable};
+
 /// The trimmed contents of `path`; when it does not exist, `create()`'s text is written
-/// there first: to a 0600 temp file, synced, renamed into place, directory synced. So the
-/// secret is never readable by others, and a crash leaves either no key or a whole one.
+/// there first (0600 temp file, fsync, rename, directory fsync), so the secret is never
+/// readable by others, and a crash leaves either no key or a whole one.
 pub fn load_or_create(path: &Path, create: impl FnOnce() -> String) -> Result<String, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => return Ok(text.trim().to_owned()),
+    let read = |path: &Path| std::fs::read_to_string(path).map(|t| t.trim().to_owned());
+    match read(path) {
+        Ok(text) => return Ok(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    let fail =
-        |what: &str, p: &Path, e: std::io::Error| format!("cannot {what} {}: {e}", p.display());
-    std::fs::create_dir_all(dir).map_err(|e| fail("create", dir, e))?;
-    let text = create();
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| fail("create", &tmp, e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| fail("write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| fail("rename", &tmp, e))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| fail("sync", dir, e))?;
+    create_dir_durable(dir).map_err(|e| e.to_string())?;
+    write_secret_durable(path, create().as_bytes()).map_err(|e| e.to_string())?;
     tracing::info!(path = %path.display(), "created key file");
-    Ok(text)
+    // Two processes that start at once (`hotgate serve` and `hotgate token`) may both
+    // create a key: the last rename wins, and reading it back makes both use that one.
+    read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -13,9 +13,11 @@ use hotgate_tiering::{Catalog, Tierer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditLog, CallAudit, CheckpointKey};
 use crate::auth::Authenticator;
+use crate::background::Background;
 use crate::config::Config;
 use crate::error::{GatewayError, Result};
 use crate::flight::HotgateFlight;
@@ -76,24 +78,22 @@ async fn fetch_jwks(config: &Config, url: &str) -> Result<JwtValidator> {
 }
 
 /// Fetches the JWKS again every `jwks_refresh`, keeping the old keys when a fetch fails.
-fn refresh_jwks(
+async fn refresh_jwks(
     config: Config,
     url: String,
     authn: Arc<Authenticator>,
-    mut stop: watch::Receiver<bool>,
+    cancel: CancellationToken,
 ) {
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(config.auth.jwks_refresh) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            match fetch_jwks(&config, &url).await {
-                Ok(v) => authn.replace(v),
-                Err(e) => tracing::warn!("keeping the previous keys: {e}"),
-            }
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(config.auth.jwks_refresh) => {}
+            () = cancel.cancelled() => return,
         }
-    });
+        match fetch_jwks(&config, &url).await {
+            Ok(v) => authn.replace(v),
+            Err(e) => tracing::warn!("keeping the previous keys: {e}"),
+        }
+    }
 }
 
 /// The embedded HS256 issuer, creating its key in the data dir on first use.
@@ -101,8 +101,13 @@ pub fn embedded_issuer(config: &Config) -> Result<EmbeddedIssuer> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         GatewayError::Internal(format!("cannot create {}: {e}", config.data_dir.display()))
     })?;
-    Ok(EmbeddedIssuer::load_or_create(
+    let key = crate::secret_file::load_or_create(
         &config.issuer_key_path(),
+        EmbeddedIssuer::generate_hex_key,
+    )
+    .map_err(GatewayError::Internal)?;
+    Ok(EmbeddedIssuer::from_hex_key(
+        &key,
         &config.auth.issuer,
         &config.auth.audience,
     )?)
@@ -154,16 +159,21 @@ pub async fn run(
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let background = Background::new();
     if let Some(url) = &config.auth.jwks_url {
-        refresh_jwks(
-            config.clone(),
-            url.clone(),
-            Arc::clone(&authn),
-            stop_rx.clone(),
-        );
+        let (config, url, authn) = (config.clone(), url.clone(), Arc::clone(&authn));
+        background.spawn("jwks refresh", |cancel| {
+            refresh_jwks(config, url, authn, cancel)
+        });
     }
-    governance.spawn_refresh(config.grants.refresh, stop_rx.clone());
-    audit.spawn_background(config.audit.checkpoint_interval, stop_rx.clone());
+    let refresh = config.grants.refresh;
+    background.spawn("grants refresh", |cancel| {
+        Arc::clone(&governance).run_refresh(refresh, cancel)
+    });
+    let checkpoints = config.audit.checkpoint_interval;
+    background.spawn("audit flush and checkpoints", |cancel| {
+        Arc::clone(&audit).run_background(checkpoints, cancel)
+    });
     let state = Arc::new(GatewayState {
         store: Arc::clone(&store),
         tierer: Arc::clone(&tierer),
@@ -178,14 +188,25 @@ pub async fn run(
         shutdown: stop_rx.clone(),
     });
 
-    crate::deletion::spawn_driver(Arc::clone(&state), stop_rx.clone());
+    let steps = crate::deletion::StepContext {
+        deletions: Arc::clone(&state.deletions),
+        store: Arc::clone(&store),
+        tierer: Arc::clone(&tierer),
+        audit: Arc::clone(&audit),
+        hash_key: governance.hash_key().clone(),
+    };
+    background.spawn("deletion driver", |cancel| {
+        crate::deletion::drive(steps, cancel)
+    });
     if config.tiering.scheduler {
-        crate::scheduler::spawn_tiering(
+        let (state, tick, every) = (
             Arc::clone(&state),
             config.tiering.tick,
             config.tiering.maintenance_interval,
-            stop_rx.clone(),
         );
+        background.spawn("tiering scheduler", |cancel| {
+            crate::scheduler::run_tiering(state, tick, every, cancel)
+        });
     } else {
         tracing::warn!("the tiering scheduler is off: tables are tiered only on request");
     }
@@ -245,8 +266,13 @@ pub async fn run(
     );
 
     shutdown.await;
-    tracing::info!("shutting down: no new calls; finishing in-flight ones");
+    tracing::info!("shutting down: no new calls; finishing in-flight ones and background work");
     let _ = stop_tx.send(true);
+    // The loops stop starting new work now; they are waited for once the calls drain.
+    let loops = {
+        let background = background.clone();
+        tokio::spawn(async move { background.stop(DRAIN_TIMEOUT).await })
+    };
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         let flight = flight_task.await;
         let http = http_task.await;
@@ -257,6 +283,9 @@ pub async fn run(
         Ok((Ok(Ok(())), Ok(Ok(())))) => {}
         Ok((flight, http)) => tracing::error!(?flight, ?http, "a server ended with an error"),
         Err(_) => tracing::warn!("in-flight calls did not finish within {DRAIN_TIMEOUT:?}"),
+    }
+    if !matches!(loops.await, Ok(true)) {
+        tracing::warn!("background work did not end within {DRAIN_TIMEOUT:?}; closing anyway");
     }
     // Completion records of the streams that just ended, then a checkpoint that signs
     // everything, before the logs close.

@@ -15,8 +15,8 @@
 //! activates only some roles: the activated set is the token's requested roles ∩ the
 //! roles granted, and each activated role is one enforce call. The default is deny.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 
 use casbin::{CoreApi, DefaultModel, Enforcer, MemoryAdapter, MgmtApi};
 use serde::{Deserialize, Serialize};
@@ -399,8 +399,8 @@ impl GrantsMirror {
 
     fn lock_decisions(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String, Privilege), bool>> {
-        self.decisions.lock().unwrap_or_else(|p| p.into_inner())
+    ) -> parking_lot::MutexGuard<'_, HashMap<(String, String, Privilege), bool>> {
+        self.decisions.lock()
     }
 
     pub fn catalog(&self) -> &str {

@@ -6,8 +6,7 @@
 //! own `alg` header never chooses it, so `alg: none` and algorithm-confusion tokens fail.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
-use std::path::Path;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
@@ -259,40 +258,20 @@ impl std::fmt::Debug for EmbeddedIssuer {
 }
 
 impl EmbeddedIssuer {
-    /// Loads the key at `path`, creating a random 256-bit key (mode 0600) if there is none.
-    pub fn load_or_create(path: &Path, issuer: &str, audience: &str) -> Result<Self, AuthError> {
-        let io = |e: std::io::Error| AuthError::Config(format!("{}: {e}", path.display()));
-        let secret = match std::fs::read_to_string(path) {
-            Ok(text) => hex::decode(text.trim()).map_err(|_| {
-                AuthError::Config(format!("{} does not hold a hex key", path.display()))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let secret: [u8; 32] = rand::random();
-                let mut options = std::fs::OpenOptions::new();
-                options.write(true).create_new(true);
-                #[cfg(unix)]
-                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                match options.open(path) {
-                    Ok(mut f) => {
-                        f.write_all(hex::encode(secret).as_bytes())
-                            .and_then(|()| f.sync_all())
-                            .map_err(io)?;
-                        secret.to_vec()
-                    }
-                    // Another process created it first: use theirs.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        return Self::load_or_create(path, issuer, audience);
-                    }
-                    Err(e) => return Err(io(e)),
-                }
-            }
-            Err(e) => return Err(io(e)),
-        };
+    /// A fresh random 256-bit key, as hex: what the gateway stores (mode 0600) on the
+    /// first start. This crate touches no storage; the gateway keeps the key file.
+    pub fn generate_hex_key() -> String {
+        hex::encode(rand::random::<[u8; 32]>())
+    }
+
+    /// The issuer of the hex key `hex_key` (at least 256 bits).
+    pub fn from_hex_key(hex_key: &str, issuer: &str, audience: &str) -> Result<Self, AuthError> {
+        let secret = hex::decode(hex_key.trim())
+            .map_err(|_| AuthError::Config("the issuer key file does not hold a hex key".into()))?;
         if secret.len() < 32 {
-            return Err(AuthError::Config(format!(
-                "{} holds a key shorter than 256 bits",
-                path.display()
-            )));
+            return Err(AuthError::Config(
+                "the issuer key file holds a key shorter than 256 bits".into(),
+            ));
         }
         Ok(Self {
             secret,
@@ -352,8 +331,9 @@ mod tests {
 
     use super::*;
 
-    fn issuer(dir: &Path) -> EmbeddedIssuer {
-        EmbeddedIssuer::load_or_create(&dir.join("issuer.key"), "hotgate", "hotgate").unwrap()
+    /// The issuer of one fixed key (a test key, not a secret).
+    fn issuer() -> EmbeddedIssuer {
+        EmbeddedIssuer::from_hex_key(&"ab".repeat(32), "hotgate", "hotgate").unwrap()
     }
 
     fn sign(secret: &[u8], claims: serde_json::Value) -> String {
@@ -374,8 +354,7 @@ mod tests {
 
     #[test]
     fn minted_tokens_validate_with_polaris_claims() {
-        let dir = tempfile::tempdir().unwrap();
-        let iss = issuer(dir.path());
+        let iss = issuer();
         let token = iss
             .mint(
                 "alice",
@@ -397,20 +376,21 @@ mod tests {
             iss.validator().unwrap().validate(&all).unwrap().roles,
             ActivatedRoles::All
         );
-        // The key persists: a second load validates the first load's tokens.
-        assert!(
-            issuer(dir.path())
-                .validator()
-                .unwrap()
-                .validate(&token)
-                .is_ok()
-        );
+        // The key decides: another issuer of the same key validates these tokens, one
+        // of a fresh key does not.
+        assert!(issuer().validator().unwrap().validate(&token).is_ok());
+        let other =
+            EmbeddedIssuer::from_hex_key(&EmbeddedIssuer::generate_hex_key(), "hotgate", "hotgate")
+                .unwrap();
+        assert!(other.validator().unwrap().validate(&token).is_err());
+        // A key shorter than 256 bits, or not hex, is refused.
+        assert!(EmbeddedIssuer::from_hex_key(&"ab".repeat(31), "hotgate", "hotgate").is_err());
+        assert!(EmbeddedIssuer::from_hex_key("not hex", "hotgate", "hotgate").is_err());
     }
 
     #[test]
     fn bad_tokens_are_refused_with_the_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let iss = issuer(dir.path());
+        let iss = issuer();
         let v = iss.validator().unwrap();
         let claims = |patch: serde_json::Value| {
             let mut c = serde_json::json!({

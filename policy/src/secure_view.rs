@@ -11,7 +11,9 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -592,7 +594,7 @@ impl SecureViewCache {
             policy_version: policies.version,
             catalog_roles: catalog_roles.clone(),
         };
-        let lock = || self.views.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = || self.views.lock();
         if let Some(v) = lock().get(&view_key) {
             return Ok(Arc::clone(v));
         }

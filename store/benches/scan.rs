@@ -3,13 +3,9 @@
 //! Prints JSON lines: the median time of each over several runs and their ratio.
 //! Run: `cargo bench -p hotgate-store --bench scan`.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{
-    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_array::RecordBatch;
 use hotgate_store::{ScanRequest, Store, StoreOptions, TableName, TableSpec};
 
 const COLUMNS: usize = 50;
@@ -17,62 +13,13 @@ const ROWS_PER_BATCH: usize = 8192;
 const BATCHES: usize = 60;
 const RUNS: usize = 7;
 
-fn kind(i: usize) -> (&'static str, DataType) {
-    match i % 3 {
-        0 => ("int64", DataType::Int64),
-        1 => ("float64", DataType::Float64),
-        _ => ("string", DataType::Utf8),
-    }
-}
-
 fn spec() -> TableSpec {
-    let mut columns = vec![
-        serde_json::json!({"name": "ts", "type": "timestamp_us", "nullable": false}),
-        serde_json::json!({"name": "key", "type": "int64", "nullable": false}),
-    ];
-    for i in 2..COLUMNS {
-        columns.push(serde_json::json!({"name": format!("c{i}"), "type": kind(i).0}));
-    }
-    serde_json::from_value(serde_json::json!({
-        "namespace": "bench", "name": "wide", "columns": columns,
-        "time_column": "ts", "bucket_key": "key", "buckets": 1
-    }))
-    .expect("spec")
+    serde_json::from_value(hotgate_testkit::wide_spec("wide", COLUMNS, 1)).expect("spec")
 }
 
 fn batch(seed: usize) -> RecordBatch {
-    let n = ROWS_PER_BATCH;
     let now = chrono::Utc::now().timestamp_micros();
-    let mut fields = vec![
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-        Field::new("key", DataType::Int64, false),
-    ];
-    let mut cols: Vec<ArrayRef> = vec![
-        Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
-        Arc::new(Int64Array::from_iter_values(
-            (0..n as i64).map(|r| r + seed as i64),
-        )),
-    ];
-    for i in 2..COLUMNS {
-        let (_, dt) = kind(i);
-        fields.push(Field::new(format!("c{i}"), dt.clone(), true));
-        cols.push(match dt {
-            DataType::Int64 => Arc::new(Int64Array::from_iter_values(
-                (0..n as i64).map(|r| r * i as i64),
-            )),
-            DataType::Float64 => Arc::new(Float64Array::from_iter_values(
-                (0..n).map(|r| r as f64 / 3.0),
-            )),
-            _ => Arc::new(StringArray::from_iter_values(
-                (0..n).map(|r| format!("s{i}-{r:08}")),
-            )),
-        });
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("batch")
+    hotgate_testkit::wide_batch(COLUMNS, ROWS_PER_BATCH, seed as i64, now)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

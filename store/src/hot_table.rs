@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
@@ -17,12 +19,12 @@ use crate::bucket::{LogId, buckets_of, day_of_micros};
 use crate::error::{Result, StoreError};
 use crate::log::{Log, LogOptions};
 use crate::metrics::StoreMetrics;
-use crate::pk::{ChangeOp, PkState, StateDb};
-use crate::scan::{HotScan, ScanRequest, Tail, check_time_bounds, within_time};
+use crate::primary_key::{ChangeOp, PkState, StateDb};
 use crate::segment::EncodedFrame;
-use crate::sync::{read, write};
-use crate::table::{TableDef, TableKind};
-use crate::validate::{key_columns, normalize, time_range, time_values};
+use crate::table_def::{TableDef, TableKind};
+use crate::validate::{
+    check_time_bounds, key_columns, normalize, time_range, time_values, within_time,
+};
 
 /// What one append wrote: rows, and the offsets they got in each log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -193,7 +195,6 @@ impl HotTable {
             commits,
             create_log: tokio::sync::Mutex::new(()),
         });
-        table.recover_state()?;
         Ok(table)
     }
 
@@ -206,49 +207,9 @@ impl HotTable {
         }
     }
 
-    /// Replays each bucket's changelog into RocksDB from the offset its state reflects.
-    fn recover_state(&self) -> Result<()> {
-        let Some(pk) = &self.pk else {
-            return Ok(());
-        };
-        let started = std::time::Instant::now();
-        let mut replayed = 0u64;
-        for log in self.logs() {
-            let bucket = log.id().bucket;
-            let applied = pk.applied(bucket)?;
-            let end = log.end_offset();
-            if applied > end {
-                return Err(StoreError::corrupt(
-                    &self.dir,
-                    format!(
-                        "bucket {bucket}: the state reflects offset {applied} but the log ends at {end}"
-                    ),
-                ));
-            }
-            if applied == end {
-                continue;
-            }
-            let request = ScanRequest {
-                logs: Some(vec![log.id()]),
-                start_offsets: [(log.id(), applied)].into(),
-                end_offsets: [(log.id(), end)].into(),
-                ..Default::default()
-            };
-            for item in self.scan(&request)? {
-                let item = item?;
-                pk.replay(bucket, &item.batch, item.offsets.end)?;
-                replayed += item.batch.num_rows() as u64;
-            }
-        }
-        if replayed > 0 {
-            tracing::info!(
-                table = %self.def().name(),
-                rows = replayed,
-                seconds = started.elapsed().as_secs_f64(),
-                "primary-key state caught up with the changelog"
-            );
-        }
-        Ok(())
+    /// A primary-key table's state; `None` for a log table.
+    pub(crate) fn primary_key_state(&self) -> Option<&PkState> {
+        self.pk.as_ref()
     }
 
     fn pk(&self) -> Result<&PkState> {
@@ -452,7 +413,7 @@ impl HotTable {
     /// The table's current definition. Columns may be added at any time, so a caller
     /// that needs one consistent view keeps the `Arc` it got.
     pub fn def(&self) -> Arc<TableDef> {
-        Arc::clone(&read(&self.def))
+        Arc::clone(&self.def.read())
     }
 
     /// Replaces the definition with `next`, which must only add nullable columns at the
@@ -467,19 +428,19 @@ impl HotTable {
         if let Some(pk) = &self.pk {
             pk.set_schema(&next)?;
         }
-        *write(&self.def) = Arc::new(next);
+        *self.def.write() = Arc::new(next);
         Ok(())
     }
 
     /// True for a primary-key table (current state in RocksDB, a changelog in its logs).
     /// The table's directory: its definition and its logs' segments.
-    pub fn dir(&self) -> &std::path::Path {
+    pub(crate) fn dir(&self) -> &std::path::Path {
         &self.dir
     }
 
     /// The files of the shared RocksDB directory that can hold a primary-key table's
     /// values (not the live SSTs of other tables); empty for a log table.
-    pub fn state_files(&self) -> Result<Vec<std::path::PathBuf>> {
+    pub(crate) fn state_files(&self) -> Result<Vec<std::path::PathBuf>> {
         match &self.pk {
             Some(pk) => pk.files(),
             None => Ok(Vec::new()),
@@ -578,18 +539,18 @@ impl HotTable {
             Arc::clone(&self.metrics),
             Arc::clone(&self.commits),
         )?;
-        write(&self.logs).insert(id, Arc::clone(&log));
+        self.logs.write().insert(id, Arc::clone(&log));
         Ok(log)
     }
 
     /// The log of one (partition, bucket), if it exists.
     pub fn log(&self, id: LogId) -> Option<Arc<Log>> {
-        read(&self.logs).get(&id).cloned()
+        self.logs.read().get(&id).cloned()
     }
 
     /// Every log of the table, in (day, bucket) order.
     pub fn logs(&self) -> Vec<Arc<Log>> {
-        read(&self.logs).values().cloned().collect()
+        self.logs.read().values().cloned().collect()
     }
 
     /// The durable end offset of every log.
@@ -604,28 +565,6 @@ impl HotTable {
     /// commit of a new log.
     pub fn watch_commits(&self) -> watch::Receiver<u64> {
         self.commits.subscribe()
-    }
-
-    /// The schema a read of `columns` yields (`None`: every stored column), or an error
-    /// naming the unknown column and the table's columns.
-    pub fn projected_schema(&self, columns: Option<&[String]>) -> Result<SchemaRef> {
-        crate::scan::resolve_projection(self, columns, false).map(|(_, schema)| schema)
-    }
-
-    /// Plans a scan. Reading happens as the returned iterator is consumed; it does
-    /// blocking file I/O, so async callers drive it from a blocking task.
-    pub fn scan(&self, request: &ScanRequest) -> Result<HotScan> {
-        HotScan::plan(self, request)
-    }
-
-    /// Follows one log from `from_offset`, waking on each commit.
-    pub fn tail(
-        self: &Arc<Self>,
-        log: LogId,
-        from_offset: u64,
-        columns: Option<Vec<String>>,
-    ) -> Result<Tail> {
-        Tail::new(Arc::clone(self), log, from_offset, columns)
     }
 
     /// Deletes the segments committed before `now - hot_retention` that lie wholly below

@@ -18,7 +18,7 @@ use arrow_array::RecordBatch;
 use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
 use crate::segment::{FrameMeta, HEADER_LEN, is_preallocated, parse_segment_file_name, read_frame};
-use crate::table::{TableDef, TableName, TableSpec};
+use crate::table_def::{TableDef, TableName, TableSpec};
 
 /// One frame of a log, in storage order, as found on disk.
 #[derive(Debug)]

@@ -15,18 +15,20 @@
 
 pub mod bucket;
 mod error;
+pub mod fs;
 mod hot_table;
 pub mod inspect;
 mod log;
 mod metrics;
-pub mod pk;
+pub mod primary_key;
 mod rewrite;
 mod scan;
+mod search;
 mod segment;
 mod state_cache;
+mod state_recovery;
 mod store;
-mod sync;
-pub mod table;
+pub mod table_def;
 mod validate;
 
 pub use bucket::LogId;
@@ -38,12 +40,13 @@ pub use hot_table::{
 pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Clock, Log, LogOptions, Pending, RewriteReport};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
-pub use pk::{CHANGE_COLUMN, ChangeOp, state_bytes_of_string};
+pub use primary_key::{CHANGE_COLUMN, ChangeOp, state_bytes_of_string};
 pub use scan::{
     BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch, Tail,
     change_meta_fields,
 };
-pub use store::{DEFAULT_STATE_CACHE_BYTES, Store, StoreOptions, write_file_durable};
-pub use table::{
+pub use search::{HotSearch, contains_any};
+pub use store::{DEFAULT_STATE_CACHE_BYTES, Store, StoreOptions};
+pub use table_def::{
     ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, UTC, WriteRule,
 };

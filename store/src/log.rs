@@ -18,18 +18,20 @@ use std::fs::{self, File, OpenOptions};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
+use crate::fs::{create_dir_durable, sync_dir};
 use crate::metrics::StoreMetrics;
 use crate::segment::{
     EncodedFrame, FrameMeta, parse_segment_file_name, scan_segment, segment_path,
 };
-use crate::sync::{lock, read, write};
 
 /// Queue depth per log before appenders wait (backpressure).
 const QUEUE_DEPTH: usize = 4096;
@@ -127,7 +129,7 @@ impl SegmentEntry {
         self.frames.push(meta);
     }
 
-    pub fn end_offset(&self) -> u64 {
+    pub(crate) fn end_offset(&self) -> u64 {
         self.frames
             .last()
             .map_or(self.base_offset, FrameMeta::end_offset)
@@ -258,32 +260,6 @@ impl std::fmt::Debug for WriterMsg {
     }
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, e))
-}
-
-/// Creates `dir` and every missing parent, syncing each parent so the new entries
-/// survive a crash.
-pub(crate) fn create_dir_durable(dir: &Path) -> Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        create_dir_durable(parent)?;
-    }
-    match fs::create_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(StoreError::io(dir, e)),
-    }
-    if let Some(parent) = dir.parent() {
-        sync_dir(parent)?;
-    }
-    Ok(())
-}
-
 fn open_segment_files(path: &Path, create: bool) -> Result<(File, File)> {
     let writer = OpenOptions::new()
         .read(true)
@@ -407,7 +383,7 @@ impl Log {
             metrics,
             on_commit,
         ));
-        *lock(&log.task) = Some(task);
+        *log.task.lock() = Some(task);
         Ok(log)
     }
 
@@ -422,7 +398,7 @@ impl Log {
 
     /// The first offset still held in the hot tier.
     pub fn start_offset(&self) -> u64 {
-        read(&self.segments).first().map_or(0, |s| s.base_offset)
+        self.segments.read().first().map_or(0, |s| s.base_offset)
     }
 
     /// What lies at and past `from`: the frame bytes (IPC, about what Parquet will hold
@@ -430,7 +406,7 @@ impl Log {
     /// Tiering's cadence reads it to decide whether a log is due.
     pub fn pending(&self, from: u64) -> Pending {
         let mut pending = Pending::default();
-        let segments = read(&self.segments);
+        let segments = self.segments.read();
         for seg in segments.iter().filter(|s| s.end_offset() > from) {
             let first = seg.frames.partition_point(|f| f.end_offset() <= from);
             for f in &seg.frames[first..] {
@@ -465,7 +441,7 @@ impl Log {
     }
 
     async fn send(&self, msg: WriterMsg) -> Result<()> {
-        let tx = lock(&self.tx).clone().ok_or_else(|| self.closed())?;
+        let tx = self.tx.lock().clone().ok_or_else(|| self.closed())?;
         tx.send(msg).await.map_err(|_| self.closed())
     }
 
@@ -475,8 +451,8 @@ impl Log {
 
     /// Stops accepting appends and waits until everything queued is durable.
     pub(crate) async fn close(&self) {
-        lock(&self.tx).take();
-        let task = lock(&self.task).take();
+        self.tx.lock().take();
+        let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
         }
@@ -493,7 +469,7 @@ impl Log {
     ) {
         let overlaps =
             |min: i64, max: i64| since.is_none_or(|s| max >= s) && until.is_none_or(|u| min < u);
-        let segments = read(&self.segments);
+        let segments = self.segments.read();
         for seg in segments.iter() {
             if seg.frames.is_empty()
                 || seg.end_offset() <= rows.start
@@ -537,7 +513,7 @@ impl Log {
             s.max_commit_ts < cutoff_commit_ts && watermark.is_none_or(|w| s.end_offset() <= w)
         };
         let roll = {
-            let segments = read(&self.segments);
+            let segments = self.segments.read();
             segments
                 .last()
                 .is_some_and(|s| !s.frames.is_empty() && qualifies(s))
@@ -548,7 +524,7 @@ impl Log {
             done.await.map_err(|_| self.closed())??;
         }
         let removed: Vec<SegmentEntry> = {
-            let mut segments = write(&self.segments);
+            let mut segments = self.segments.write();
             let keep_from = segments
                 .iter()
                 .take(segments.len().saturating_sub(1))
@@ -604,7 +580,9 @@ impl Log {
         delete: &(dyn Fn(&arrow_array::RecordBatch) -> Result<arrow_array::BooleanArray> + Sync),
     ) -> Result<RewriteReport> {
         let _one = self.rewriting.lock().await;
-        let roll = read(&self.segments)
+        let roll = self
+            .segments
+            .read()
             .last()
             .is_some_and(|s| !s.frames.is_empty());
         if roll {
@@ -613,7 +591,7 @@ impl Log {
             done.await.map_err(|_| self.closed())??;
         }
         let sealed: Vec<SegmentEntry> = {
-            let segments = read(&self.segments);
+            let segments = self.segments.read();
             segments[..segments.len().saturating_sub(1)]
                 .iter()
                 .filter(|s| !s.frames.is_empty())
@@ -676,12 +654,7 @@ impl Log {
             // leaves the old segment (rewritten again on retry) with a sidecar that
             // already hides the rows.
             let tmp = path.with_extension("log.rewrite");
-            {
-                let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
-                std::io::Write::write_all(&mut f, &out)
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| StoreError::io(&tmp, e))?;
-            }
+            crate::fs::write_synced(&tmp, &out, 0o640)?;
             let mut all_deleted: Vec<u64> = deleted
                 .iter()
                 .copied()
@@ -690,8 +663,7 @@ impl Log {
             all_deleted.sort_unstable();
             all_deleted.dedup();
             crate::rewrite::write_deleted(&path, &all_deleted)?;
-            fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
-            sync_dir(&self.dir)?;
+            crate::fs::rename_durable(&tmp, &path)?;
             let (_, reader) = open_segment_files(&path, false)?;
             let scanned = scan_segment(&reader, &path, base, true)?;
             if let Some(problem) = scanned.tail_problem {
@@ -705,7 +677,7 @@ impl Log {
                 entry.push(f);
             }
             entry.deleted = Arc::new(all_deleted);
-            let mut segments = write(&self.segments);
+            let mut segments = self.segments.write();
             if let Some(slot) = segments.iter_mut().find(|s| s.base_offset == base) {
                 *slot = entry;
             }
@@ -803,7 +775,7 @@ async fn writer_loop(
             current.trim();
             match create_segment(&log.dir, current.next_offset) {
                 Ok((a, entry)) => {
-                    write(&log.segments).push(entry);
+                    log.segments.write().push(entry);
                     current = a;
                 }
                 Err(e) => roll_error = Some(e.to_string()),
@@ -910,7 +882,7 @@ async fn commit_group(
     active.size = position;
     active.next_offset = offset;
     {
-        let mut segments = write(&log.segments);
+        let mut segments = log.segments.write();
         if let Some(seg) = segments.last_mut() {
             for m in metas {
                 seg.push(m);

@@ -11,7 +11,6 @@
 //! Sidecar format: `HGDEL001`, a little-endian u64 count, that many u64 offsets in
 //! ascending order, and a CRC32C of everything before it.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,7 +21,6 @@ use arrow_array::{
 use arrow_schema::{DataType, TimeUnit};
 
 use crate::error::{Result, StoreError};
-use crate::log::sync_dir;
 
 const MAGIC: &[u8; 8] = b"HGDEL001";
 
@@ -61,7 +59,6 @@ pub(crate) fn read_deleted(segment: &Path) -> Result<Vec<u64>> {
 /// Writes the sidecar of `segment` durably (temp file, sync, rename, directory sync).
 pub(crate) fn write_deleted(segment: &Path, offsets: &[u64]) -> Result<()> {
     let path = sidecar_path(segment);
-    let tmp = path.with_extension("del.tmp");
     let mut bytes = Vec::with_capacity(20 + offsets.len() * 8);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&(offsets.len() as u64).to_le_bytes());
@@ -70,15 +67,7 @@ pub(crate) fn write_deleted(segment: &Path, offsets: &[u64]) -> Result<()> {
     }
     let crc = crc32c::crc32c(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
-    let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
-    f.write_all(&bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| StoreError::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
-    if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
-    }
-    Ok(())
+    crate::fs::write_file_durable(&path, &bytes)
 }
 
 /// The keep mask of the rows `rows` (offsets) of a frame: false where `deleted` (sorted)

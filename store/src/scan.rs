@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
-use arrow_array::{
-    ArrayRef, BooleanArray, Int64Array, RecordBatch, Scalar, TimestampMicrosecondArray, UInt32Array,
-};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use tokio::sync::watch;
 
@@ -18,8 +16,8 @@ use crate::error::{Result, StoreError};
 use crate::hot_table::HotTable;
 use crate::log::PlannedFrame;
 use crate::segment::read_frame;
-use crate::table::{TableDef, UTC};
-use crate::validate::time_values;
+use crate::table_def::UTC;
+use crate::validate::{check_time_bounds, time_mask};
 
 /// What to read from a table's hot tier. The default reads everything.
 #[derive(Debug, Clone, Default)]
@@ -265,62 +263,6 @@ impl HotScan {
     }
 }
 
-/// Time bounds need a time column to apply to.
-pub(crate) fn check_time_bounds(
-    def: &TableDef,
-    since: Option<i64>,
-    until: Option<i64>,
-) -> Result<()> {
-    if (since.is_some() || until.is_some()) && def.time_index().is_none() {
-        return Err(StoreError::InvalidRequest(format!(
-            "{} has no time_column, so it cannot be read by time (since/until)",
-            def.name()
-        )));
-    }
-    Ok(())
-}
-
-/// The rows of `batch` (the stored columns first) whose event time lies in
-/// `[since, until)`; all of them without bounds.
-pub(crate) fn within_time(
-    def: &TableDef,
-    batch: RecordBatch,
-    since: Option<i64>,
-    until: Option<i64>,
-) -> Result<RecordBatch> {
-    match time_values(def, &batch) {
-        Some(times) if since.is_some() || until.is_some() => {
-            let mask = time_mask(times, since, until)?;
-            Ok(arrow_select::filter::filter_record_batch(&batch, &mask)?)
-        }
-        _ => Ok(batch),
-    }
-}
-
-fn time_mask(
-    ts: &TimestampMicrosecondArray,
-    since: Option<i64>,
-    until: Option<i64>,
-) -> Result<BooleanArray> {
-    let scalar = |v: i64| Scalar::new(TimestampMicrosecondArray::from(vec![v]).with_timezone(UTC));
-    let lower = since
-        .map(|s| arrow_ord::cmp::gt_eq(ts, &scalar(s)))
-        .transpose()?;
-    let upper = until
-        .map(|u| arrow_ord::cmp::lt(ts, &scalar(u)))
-        .transpose()?;
-    Ok(match (lower, upper) {
-        (Some(l), Some(u)) => arrow_arith_and(&l, &u),
-        (Some(m), None) | (None, Some(m)) => m,
-        (None, None) => BooleanArray::from(vec![true; ts.len()]),
-    })
-}
-
-fn arrow_arith_and(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
-    // Both masks come from non-null timestamps, so a plain bitwise AND is exact.
-    BooleanArray::new(a.values() & b.values(), None)
-}
-
 impl Iterator for HotScan {
     type Item = Result<ScannedBatch>;
 
@@ -416,5 +358,31 @@ impl Tail {
                 .await
                 .map_err(|_| StoreError::Unavailable("table closed".into()))?;
         }
+    }
+}
+
+/// Reading a table: its scans, tails and projections (here, so that `hot_table` does not
+/// depend on the reader of its own files).
+impl HotTable {
+    /// The schema a read of `columns` yields (`None`: every stored column), or an error
+    /// naming the unknown column and the table's columns.
+    pub fn projected_schema(&self, columns: Option<&[String]>) -> Result<SchemaRef> {
+        resolve_projection(self, columns, false).map(|(_, schema)| schema)
+    }
+
+    /// Plans a scan. Reading happens as the returned iterator is consumed; it does
+    /// blocking file I/O, so async callers drive it from a blocking task.
+    pub fn scan(&self, request: &ScanRequest) -> Result<HotScan> {
+        HotScan::plan(self, request)
+    }
+
+    /// Follows one log from `from_offset`, waking on each commit.
+    pub fn tail(
+        self: &Arc<Self>,
+        log: LogId,
+        from_offset: u64,
+        columns: Option<Vec<String>>,
+    ) -> Result<Tail> {
+        Tail::new(Arc::clone(self), log, from_offset, columns)
     }
 }

@@ -54,7 +54,11 @@ pub(crate) struct EncodedFrame {
 
 impl EncodedFrame {
     /// Encodes `batch` (already in the stored schema) as one IPC RecordBatch message.
-    pub fn encode(batch: &RecordBatch, min_event_ts: i64, max_event_ts: i64) -> Result<Self> {
+    pub(crate) fn encode(
+        batch: &RecordBatch,
+        min_event_ts: i64,
+        max_event_ts: i64,
+    ) -> Result<Self> {
         let generator = IpcDataGenerator::default();
         let mut tracker = DictionaryTracker::new(false);
         let options = IpcWriteOptions::default();
@@ -83,12 +87,17 @@ impl EncodedFrame {
         })
     }
 
-    pub fn frame_len(&self) -> u64 {
+    pub(crate) fn frame_len(&self) -> u64 {
         (HEADER_LEN + self.payload.len()) as u64
     }
 
     /// Appends the header and payload to `out`, returning the frame's index entry.
-    pub fn write_to(&self, out: &mut Vec<u8>, base_offset: u64, commit_ts: i64) -> FrameMeta {
+    pub(crate) fn write_to(
+        &self,
+        out: &mut Vec<u8>,
+        base_offset: u64,
+        commit_ts: i64,
+    ) -> FrameMeta {
         let meta = FrameMeta {
             position: 0,
             payload_len: self.payload.len() as u32,
@@ -131,7 +140,7 @@ fn pad8(n: usize) -> usize {
 
 /// The index entry of one frame: where it is and what its header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameMeta {
+pub(crate) struct FrameMeta {
     /// Byte position of the header in the segment file.
     pub position: u64,
     pub payload_len: u32,
@@ -144,11 +153,11 @@ pub struct FrameMeta {
 }
 
 impl FrameMeta {
-    pub fn end_offset(&self) -> u64 {
+    pub(crate) fn end_offset(&self) -> u64 {
         self.base_offset + self.record_count as u64
     }
 
-    pub fn frame_len(&self) -> u64 {
+    pub(crate) fn frame_len(&self) -> u64 {
         HEADER_LEN as u64 + self.payload_len as u64
     }
 
@@ -562,7 +571,7 @@ mod tests {
     use arrow_schema::{Field, Schema};
 
     use super::*;
-    use crate::table::ColumnType;
+    use crate::table_def::ColumnType;
 
     /// Both ways of taking a frame's CRC give the CRC of its bytes, on either side of
     /// the size where one gives way to the other.
@@ -642,7 +651,7 @@ mod tests {
             )),
             Arc::new(
                 TimestampMicrosecondArray::from_iter((0..n).map(|i| valid(i).then_some(i as i64)))
-                    .with_timezone(crate::table::UTC),
+                    .with_timezone(crate::table_def::UTC),
             ),
             Arc::new(
                 Decimal128Array::from_iter((0..n).map(|i| valid(i).then_some(i as i128 * -12345)))

@@ -2,7 +2,7 @@
 //! cache in front of RocksDB that serves lookups.
 //!
 //! Owns the cache and the protocol that keeps it coherent with RocksDB. It must not
-//! decide what a write changes (that is [`crate::pk`]) and never holds a row RocksDB
+//! decide what a write changes (that is [`crate::primary_key`]) and never holds a row RocksDB
 //! does not hold: it is dropped with the process and refilled by writes and lookups.
 //!
 //! Why: a RocksDB point read walks the memtables, the Bloom filters of every level and
@@ -81,7 +81,7 @@ impl quick_cache::Weighter<u64, CachedRow> for RowWeight {
 type Rows = Cache<u64, CachedRow, RowWeight>;
 
 /// The cache shared by every primary-key table of a store.
-pub struct StateCache {
+pub(crate) struct StateCache {
     rows: Option<Rows>,
     /// Hashes (table, key) to a cache slot.
     slots: DefaultHashBuilder,
@@ -99,7 +99,7 @@ impl std::fmt::Debug for StateCache {
 
 impl StateCache {
     /// A cache of at most `bytes` (keys, rows and overhead); 0 turns it off.
-    pub fn new(bytes: u64) -> Self {
+    pub(crate) fn new(bytes: u64) -> Self {
         let rows = (bytes > 0).then(|| {
             // A guess at the entry count only sizes the hash table up front.
             let estimated = (bytes / 256).clamp(1024, 1 << 22) as usize;
@@ -120,12 +120,12 @@ impl StateCache {
             table: self
                 .next_table
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            gates: (0..buckets).map(|_| std::sync::RwLock::new(0)).collect(),
+            gates: (0..buckets).map(|_| parking_lot::RwLock::new(0)).collect(),
         }
     }
 
     /// Bytes held now.
-    pub fn weight(&self) -> u64 {
+    pub(crate) fn weight(&self) -> u64 {
         self.rows.as_ref().map_or(0, Cache::weight)
     }
 }
@@ -135,7 +135,7 @@ impl StateCache {
 pub(crate) struct TableCache {
     cache: Arc<StateCache>,
     table: u32,
-    gates: Vec<std::sync::RwLock<u64>>,
+    gates: Vec<parking_lot::RwLock<u64>>,
 }
 
 /// What a lookup saw of a bucket in the cache.
@@ -165,7 +165,7 @@ impl TableCache {
         self.rows().is_some()
     }
 
-    fn gate(&self, bucket: u32) -> &std::sync::RwLock<u64> {
+    fn gate(&self, bucket: u32) -> &parking_lot::RwLock<u64> {
         // Bucket numbers come from the table's own routing, so they are in range.
         &self.gates[bucket as usize % self.gates.len()]
     }
@@ -177,7 +177,7 @@ impl TableCache {
         keys: impl Iterator<Item = &'k [u8]>,
         mut out: impl FnMut(Option<CachedRow>),
     ) -> BucketProbe {
-        let gate = crate::sync::read(self.gate(bucket));
+        let gate = self.gate(bucket).read();
         let generation = *gate;
         match self.rows() {
             Some(rows) if generation.is_multiple_of(2) => {
@@ -199,7 +199,7 @@ impl TableCache {
         probe: &BucketProbe,
         fetched: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     ) -> bool {
-        let gate = crate::sync::read(self.gate(bucket));
+        let gate = self.gate(bucket).read();
         if *gate != probe.generation || probe.write_running() {
             return false;
         }
@@ -221,9 +221,9 @@ impl TableCache {
         write: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
         let gate = self.gate(bucket);
-        *crate::sync::write(gate) += 1;
+        *gate.write() += 1;
         let result = write();
-        let mut generation = crate::sync::write(gate);
+        let mut generation = gate.write();
         if let Some(rows) = self.rows() {
             for (key, value) in writes {
                 match (value, &result) {

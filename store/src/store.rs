@@ -4,19 +4,20 @@
 //! logs live beside it in `day=YYYY-MM-DD/bucket=N/` directories of segment files.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use arrow_array::RecordBatch;
 
 use crate::error::{Result, StoreError};
+use crate::fs::{create_dir_durable, write_file_durable};
 use crate::hot_table::{AppendResult, HotTable};
-use crate::log::{LogOptions, create_dir_durable, sync_dir};
+use crate::log::LogOptions;
 use crate::metrics::StoreMetrics;
-use crate::pk::StateDb;
-use crate::sync::{read, write};
-use crate::table::{TableDef, TableKind, TableName, TableSpec};
+use crate::primary_key::StateDb;
+use crate::table_def::{TableDef, TableKind, TableName, TableSpec};
 
 const DEF_FILE: &str = "table.json";
 
@@ -50,7 +51,7 @@ pub struct Store {
     tables: RwLock<BTreeMap<TableName, Arc<HotTable>>>,
     create: tokio::sync::Mutex<()>,
     /// RocksDB for primary-key tables, opened when the first one is.
-    state: std::sync::Mutex<Option<Arc<StateDb>>>,
+    state: parking_lot::Mutex<Option<Arc<StateDb>>>,
 }
 
 /// The state database a table needs: none for log tables; for primary-key tables, the
@@ -58,13 +59,13 @@ pub struct Store {
 fn state_for(
     root: &Path,
     options: &StoreOptions,
-    slot: &std::sync::Mutex<Option<Arc<StateDb>>>,
+    slot: &parking_lot::Mutex<Option<Arc<StateDb>>>,
     def: &TableDef,
 ) -> Result<Option<Arc<StateDb>>> {
     if matches!(def.kind(), TableKind::Log) {
         return Ok(None);
     }
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = slot.lock();
     if let Some(db) = slot.as_ref() {
         return Ok(Some(Arc::clone(db)));
     }
@@ -76,9 +77,7 @@ fn state_for(
 impl Store {
     /// Bytes held by the state cache of primary-key tables (0 before the first one).
     pub fn state_cache_bytes(&self) -> u64 {
-        crate::sync::lock(&self.state)
-            .as_ref()
-            .map_or(0, |db| db.cache_bytes())
+        self.state.lock().as_ref().map_or(0, |db| db.cache_bytes())
     }
 
     /// Opens the store in `root`, creating it if needed, and recovers every table.
@@ -88,7 +87,7 @@ impl Store {
         let data = root.join("data");
         create_dir_durable(&data)?;
         let metrics = Arc::new(StoreMetrics::default());
-        let state = std::sync::Mutex::new(None);
+        let state = parking_lot::Mutex::new(None);
         let mut tables = BTreeMap::new();
         for ns in read_dirs(&data)? {
             for table_dir in read_dirs(&ns)? {
@@ -113,6 +112,7 @@ impl Store {
                     Arc::clone(&metrics),
                     db,
                 )?;
+                crate::state_recovery::catch_up(&table)?;
                 tables.insert(name, table);
             }
         }
@@ -159,7 +159,8 @@ impl Store {
             Arc::clone(&self.metrics),
             db,
         )?;
-        write(&self.tables).insert(name, Arc::clone(&table));
+        crate::state_recovery::catch_up(&table)?;
+        self.tables.write().insert(name, Arc::clone(&table));
         Ok(table)
     }
 
@@ -200,7 +201,8 @@ impl Store {
 
     /// The table of that name, or `NotFound`.
     pub fn table(&self, name: &TableName) -> Result<Arc<HotTable>> {
-        read(&self.tables)
+        self.tables
+            .read()
             .get(name)
             .cloned()
             .ok_or_else(|| StoreError::TableNotFound(name.to_string()))
@@ -208,7 +210,7 @@ impl Store {
 
     /// Every table, by name.
     pub fn tables(&self) -> Vec<Arc<HotTable>> {
-        read(&self.tables).values().cloned().collect()
+        self.tables.read().values().cloned().collect()
     }
 
     /// Appends a batch to a table; see [`HotTable::append`].
@@ -234,18 +236,4 @@ fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
-}
-
-/// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
-pub fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| StoreError::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
-    if let Some(dir) = path.parent() {
-        sync_dir(dir)?;
-    }
-    Ok(())
 }

@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, Scalar, TimestampMicrosecondArray, new_null_array,
+};
 use arrow_schema::{DataType, TimeUnit};
 
 use crate::error::{Result, StoreError};
-use crate::table::{TableDef, UTC};
+use crate::table_def::{TableDef, UTC};
 
 /// Time-zone labels accepted as UTC for `timestamp_us` columns.
 const UTC_ALIASES: [&str; 5] = ["+00:00", "UTC", "Z", "Etc/UTC", "+0000"];
@@ -152,7 +154,7 @@ pub(crate) fn key_columns(def: &TableDef, batch: &RecordBatch, what: &str) -> Re
         detail: format!("{what}: {detail}"),
     };
     unique_columns(batch).map_err(bad)?;
-    let crate::table::TableKind::PrimaryKey { columns: keys } = def.kind() else {
+    let crate::table_def::TableKind::PrimaryKey { columns: keys } = def.kind() else {
         return Err(bad(format!("{} is not a primary-key table", def.name())));
     };
     let schema = def.stored_schema();
@@ -186,4 +188,61 @@ pub(crate) fn key_columns(def: &TableDef, batch: &RecordBatch, what: &str) -> Re
         Arc::new(arrow_schema::Schema::new(fields)),
         columns,
     )?)
+}
+
+/// Time bounds need a time column to apply to.
+pub(crate) fn check_time_bounds(
+    def: &TableDef,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<()> {
+    if (since.is_some() || until.is_some()) && def.time_index().is_none() {
+        return Err(StoreError::InvalidRequest(format!(
+            "{} has no time_column, so it cannot be read by time (since/until)",
+            def.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The rows of `batch` (the stored columns first) whose event time lies in
+/// `[since, until)`; all of them without bounds.
+pub(crate) fn within_time(
+    def: &TableDef,
+    batch: RecordBatch,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<RecordBatch> {
+    match time_values(def, &batch) {
+        Some(times) if since.is_some() || until.is_some() => {
+            let mask = time_mask(times, since, until)?;
+            Ok(arrow_select::filter::filter_record_batch(&batch, &mask)?)
+        }
+        _ => Ok(batch),
+    }
+}
+
+/// True where `ts` lies in `[since, until)`.
+pub(crate) fn time_mask(
+    ts: &TimestampMicrosecondArray,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<BooleanArray> {
+    let scalar = |v: i64| Scalar::new(TimestampMicrosecondArray::from(vec![v]).with_timezone(UTC));
+    let lower = since
+        .map(|s| arrow_ord::cmp::gt_eq(ts, &scalar(s)))
+        .transpose()?;
+    let upper = until
+        .map(|u| arrow_ord::cmp::lt(ts, &scalar(u)))
+        .transpose()?;
+    Ok(match (lower, upper) {
+        (Some(l), Some(u)) => arrow_arith_and(&l, &u),
+        (Some(m), None) | (None, Some(m)) => m,
+        (None, None) => BooleanArray::from(vec![true; ts.len()]),
+    })
+}
+
+fn arrow_arith_and(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
+    // Both masks come from non-null timestamps, so a plain bitwise AND is exact.
+    BooleanArray::new(a.values() & b.values(), None)
 }

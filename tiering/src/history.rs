@@ -9,7 +9,7 @@
 //!      branches pin old snapshots) and of every snapshot but the current one, whatever
 //!      the snapshot retention says.
 //! 2. The caller publishes the new table, so new reads plan on the current snapshot,
-//!    and waits for reads still holding leases on expired snapshots ([`crate::leases`]).
+//!    and waits for reads still holding leases on expired snapshots (`leases`).
 //! 3. [`delete_unreferenced`] deletes every file under the table location that the
 //!    current metadata does not reference: old data files, manifests, manifest lists and
 //!    metadata files. The caller holds the table's lock, so no writer of this table has

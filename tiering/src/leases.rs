@@ -10,7 +10,9 @@
 //! expired between a read choosing it and the lease being held.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 /// The leases of one table: how many reads hold each snapshot.
@@ -29,7 +31,7 @@ pub struct SnapshotLease {
 
 impl Drop for SnapshotLease {
     fn drop(&mut self) {
-        let mut held = self.leases.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.leases.held.lock();
         if let Some(count) = held.get_mut(&self.snapshot_id) {
             *count -= 1;
             if *count == 0 {
@@ -43,12 +45,7 @@ impl Drop for SnapshotLease {
 
 impl Leases {
     pub(crate) fn acquire(self: &Arc<Self>, snapshot_id: i64) -> Arc<SnapshotLease> {
-        *self
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(snapshot_id)
-            .or_default() += 1;
+        *self.held.lock().entry(snapshot_id).or_default() += 1;
         Arc::new(SnapshotLease {
             leases: Arc::clone(self),
             snapshot_id,
@@ -59,7 +56,6 @@ impl Leases {
     pub(crate) fn held_outside(&self, live: &HashSet<i64>) -> usize {
         self.held
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|(id, _)| !live.contains(id))
             .map(|(_, n)| *n)

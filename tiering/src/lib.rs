@@ -5,7 +5,7 @@
 //! ([`convert`]), hotgate-built snapshot commits ([`commit`]), the tiering loop and its
 //! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]), cold
 //! retention ([`retention`]), erasing history ([`history`]), read leases that keep files
-//! under running reads ([`leases`]), searching storage for deleted values ([`search`]) and cold reads ([`cold_scan`]).
+//! under running reads (`leases`), searching storage for deleted values ([`search`]) and cold reads ([`cold_scan`]).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
 //! tier only through `hotgate-store`'s public API.
 //!
@@ -41,5 +41,5 @@ pub use leases::SnapshotLease;
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;
 pub use retention::ColdRetentionReport;
-pub use search::{LocationSearch, contains_any};
+pub use search::LocationSearch;
 pub use tierer::{CycleReport, Tierer, TieringStatus, WrittenFile};

@@ -12,6 +12,7 @@
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use arrow_schema::DataType;
+use hotgate_store::contains_any;
 use iceberg::table::Table;
 use serde::Serialize;
 
@@ -28,13 +29,6 @@ pub struct LocationSearch {
     pub parquet_files_decoded: usize,
     /// Files holding a literal. The literals themselves are not named.
     pub files_with_match: Vec<String>,
-}
-
-/// Whether `haystack` contains any of `needles`.
-pub fn contains_any(haystack: &[u8], needles: &[Vec<u8>]) -> bool {
-    needles
-        .iter()
-        .any(|n| !n.is_empty() && memchr::memmem::find(haystack, n).is_some())
 }
 
 /// Searches every object under `table`'s location for `needles`.

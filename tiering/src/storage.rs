@@ -13,7 +13,9 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -91,7 +93,7 @@ impl ObjectStoreStorage {
         let local = (url.scheme() == "file")
             .then(|| url.to_file_path().ok())
             .flatten();
-        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stores = self.stores.lock();
         let store = match stores.get(&key) {
             Some(store) => Arc::clone(store),
             None => {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use hotgate_store::table::TAGS_KEY;
+use hotgate_store::table_def::TAGS_KEY;
 use hotgate_store::{TableDef, TableKind};
 use iceberg::TableCreation;
 use iceberg::spec::{FormatVersion, Schema, Transform, UnboundPartitionSpec};

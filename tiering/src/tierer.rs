@@ -14,7 +14,9 @@
 //! - One cycle or maintenance job runs per table at a time (a per-table lock).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use hotgate_store::{HotTable, LogId, TableDef, TableName};
@@ -135,7 +137,7 @@ impl Tierer {
 
     /// Installs the filter of rows that tiering cycles drop from what they convert.
     pub fn set_suppression(&self, suppression: Arc<dyn RowSuppression>) {
-        *self.suppression.write().unwrap_or_else(|p| p.into_inner()) = Some(suppression);
+        *self.suppression.write() = Some(suppression);
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -143,15 +145,10 @@ impl Tierer {
     }
 
     fn state(&self, name: &TableName) -> Arc<TableState> {
-        if let Some(s) = self
-            .tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-        {
+        if let Some(s) = self.tables.read().get(name) {
             return Arc::clone(s);
         }
-        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        let mut tables = self.tables.write();
         Arc::clone(tables.entry(name.clone()).or_default())
     }
 
@@ -168,8 +165,8 @@ impl Tierer {
             self.catalog.create(name, table_creation(def)?).await?
         };
         let offsets = TieredOffsets::current(table.metadata())?;
-        *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = offsets;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        *state.watermarks.write() = offsets;
+        *state.current.write() = Some(table.clone());
         state
             .ready
             .store(true, std::sync::atomic::Ordering::Release);
@@ -186,7 +183,7 @@ impl Tierer {
         let _busy = state.busy.lock().await;
         let table = self.catalog.load(def.name()).await?;
         let table = self.converge_schema(def, table).await?;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        *state.current.write() = Some(table);
         Ok(())
     }
 
@@ -213,7 +210,7 @@ impl Tierer {
     /// snapshot and its offsets. `None` when nothing was tiered yet.
     pub fn cold_snapshot(&self, name: &TableName) -> Result<Option<ColdSnapshot>> {
         let state = self.state(name);
-        let current = state.current.read().unwrap_or_else(|p| p.into_inner());
+        let current = state.current.read();
         let Some(table) = current.as_ref() else {
             return Err(TieringError::NotFound(format!(
                 "the Iceberg table of {name} is not open yet"
@@ -236,18 +233,13 @@ impl Tierer {
     pub fn is_ready(&self, name: &TableName) -> bool {
         self.tables
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .get(name)
             .is_some_and(|s| s.ready.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// The first untiered offset of each log of `name`, as of the last commit.
     pub fn watermarks(&self, name: &TableName) -> HashMap<LogId, u64> {
-        self.state(name)
-            .watermarks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .to_map()
+        self.state(name).watermarks.read().to_map()
     }
 
     /// Runs one cycle for `hot`. With `force`, every log with untiered rows is due.
@@ -269,23 +261,19 @@ impl Tierer {
         let _busy = state.busy.lock().await;
         let base = self.catalog.load(name).await?;
         let committed = TieredOffsets::current(base.metadata())?;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(base.clone());
+        *state.current.write() = Some(base.clone());
 
         let due = due_logs(hot, &committed, now_micros, force);
         let mut report = CycleReport::default();
         if due.is_empty() {
             report.offsets = committed.by_log_name();
-            *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = committed;
+            *state.watermarks.write() = committed;
             return Ok(report);
         }
 
         let prefix = format!("hg-{}", uuid::Uuid::new_v4().simple());
         let mut converter = Converter::new(&base, def.tiering().target_file_size, prefix)?;
-        let suppression = self
-            .suppression
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let suppression = self.suppression.read().clone();
         if let Some(suppression) = suppression {
             converter = converter.with_suppression(name.clone(), suppression);
         }
@@ -300,8 +288,8 @@ impl Tierer {
         fail::fail_point!("tier-after-commit");
         report.snapshot_id = committed_table.metadata().current_snapshot_id();
         report.offsets = next.by_log_name();
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(committed_table);
-        *state.watermarks.write().unwrap_or_else(|p| p.into_inner()) = next;
+        *state.current.write() = Some(committed_table);
+        *state.watermarks.write() = next;
         Ok(report)
     }
 
@@ -318,7 +306,7 @@ impl Tierer {
         let table = self.catalog.load(def.name()).await?;
         let (table, report) =
             crate::cow::delete_matching(&self.catalog, def, table, matches, prune).await?;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        *state.current.write() = Some(table);
         Ok(report)
     }
 
@@ -350,10 +338,7 @@ impl Tierer {
                 retention.snapshots_expired = history.snapshots_expired;
                 retention.files_deleted = history.files_deleted;
                 retention.bytes_deleted = history.bytes_deleted;
-                *state
-                    .last_retention
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner()) = Some((now_ms, retention.clone()));
+                *state.last_retention.write() = Some((now_ms, retention.clone()));
             }
             report.cold_retention = Some(retention);
         }
@@ -365,7 +350,7 @@ impl Tierer {
         }
         let (table, expired) = expire(&self.catalog, table, now_ms, options).await?;
         report.snapshots_expired = expired;
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        *state.current.write() = Some(table.clone());
         // Files of expired snapshots go only once no read streams from those snapshots.
         let live = table
             .metadata()
@@ -423,7 +408,7 @@ impl Tierer {
         let mut report = HistoryReport::default();
         let table = expire_history(&self.catalog, name, table, &mut report).await?;
         // Published before the wait: reads from now on lease the current snapshot.
-        *state.current.write().unwrap_or_else(|p| p.into_inner()) = Some(table.clone());
+        *state.current.write() = Some(table.clone());
         let live = table.metadata().current_snapshot_id().into_iter().collect();
         report.reads_waited_out = state.leases.drain_outside(&live, read_wait).await;
         if report.reads_waited_out == 0 {
@@ -454,13 +439,7 @@ impl Tierer {
             .spec()
             .cold_retention
             .map(|d| humantime::format_duration(d).to_string());
-        if let Some((at, last)) = self
-            .state(def.name())
-            .last_retention
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some((at, last)) = self.state(def.name()).last_retention.read().clone() {
             status.last_cold_retention_ms = Some(at);
             status.last_cold_retention = Some(last);
         }
@@ -489,10 +468,7 @@ impl Tierer {
     /// How long until a log of `hot` is due at the latest, for the scheduler's sleep.
     pub fn next_due_in(&self, hot: &HotTable, now_micros: i64) -> Option<Duration> {
         let committed = self.state(hot.def().name());
-        let committed = committed
-            .watermarks
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let committed = committed.watermarks.read();
         let freshness = micros(hot.def().tiering().max_freshness);
         hot.logs()
             .iter()

@@ -3,8 +3,10 @@
 //! completion record with rows, bytes and duration when the stream ends or breaks.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use arrow_schema::Schema;
@@ -97,7 +99,7 @@ impl CallAudit {
         log: &Arc<AuditLog>,
         action: &str,
         table: &TableName,
-        tiers: Option<crate::planner::Tiers>,
+        tiers: Option<crate::tiers::Tiers>,
         rows: Option<u64>,
         reason: String,
     ) -> Result<()> {
@@ -133,7 +135,7 @@ impl CallAudit {
     }
 
     /// The tiers the read touches (`hot` unless told otherwise).
-    pub fn set_tiers(&mut self, tiers: crate::planner::Tiers) {
+    pub fn set_tiers(&mut self, tiers: crate::tiers::Tiers) {
         self.record.tiers = tiers.names();
     }
 
@@ -279,7 +281,7 @@ impl Completion {
     /// Marks the stream as broken by `error` (the first error is kept), recorded by its
     /// [`GatewayError::audit_reason`]: an error raised on a row can quote its value.
     pub fn failed(&self, error: &GatewayError) {
-        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failure = self.failure.lock();
         failure.get_or_insert_with(|| error.audit_reason());
     }
 }
@@ -292,18 +294,11 @@ impl Drop for Completion {
         record.rows = Some(self.rows.load(Ordering::Relaxed));
         record.bytes = Some(self.bytes.load(Ordering::Relaxed));
         record.duration_ms = Some(self.started.elapsed().as_millis() as u64);
-        record.reason = Some(
-            match self
-                .failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-            {
-                Some(e) => format!("broken: {e}"),
-                None if self.finished.load(Ordering::Relaxed) => "completed".to_owned(),
-                None => "cancelled by the caller".to_owned(),
-            },
-        );
+        record.reason = Some(match self.failure.lock().take() {
+            Some(e) => format!("broken: {e}"),
+            None if self.finished.load(Ordering::Relaxed) => "completed".to_owned(),
+            None => "cancelled by the caller".to_owned(),
+        });
         self.log.defer(record);
     }
 }

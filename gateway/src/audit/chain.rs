@@ -1,7 +1,8 @@
 //! Audit records and their hash chain.
 //!
 //! `hash = SHA-256(prev_hash || canonical bytes)`, where the canonical bytes are the
-//! record's JSON with `hash` and `signature` left out and fields in declaration order. Every so often a
+//! record's JSON with `hash` and `signature` left out and fields in declaration order
+//! ([`AuditRecord::canonical_bytes`]). Every so often a
 //! **checkpoint** record carries an Ed25519 signature over `(seq, hash)` of the record
 //! before it; the public key is published so checkpoints can be checked elsewhere.
 
@@ -24,6 +25,14 @@ pub enum Decision {
 
 /// One audit record, in the spirit of Apache Ranger's. Literal values of filters are
 /// never stored: only `query_digest`.
+///
+/// **Adding a field.** The fields up to `hash` are the first version's, and their JSON
+/// (nulls and empty lists included) is what every stored record's hash covers. A field
+/// added later must be optional and carry
+/// `#[serde(default, skip_serializing_if = "Option::is_none")]`, and go after `hash`: a
+/// record without it then has the same canonical bytes as before the field existed, so
+/// every record written by an older version still verifies. The test
+/// `the_canonical_form_of_the_first_version_is_fixed` fails when this is broken.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AuditRecord {
     pub seq: u64,
@@ -60,6 +69,8 @@ impl AuditRecord {
     /// The bytes the hash covers: the record without its own `hash` and without a
     /// checkpoint's `signature`. The signature is checked on its own (it signs the
     /// chain before it), so a damaged signature is reported as one, not as an edit.
+    /// `hash` stays in the JSON as `""`, because the first version wrote it so; fields
+    /// added since are left out when absent (see the type's doc).
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut unsealed = self.clone();
         unsealed.hash = String::new();
@@ -487,6 +498,94 @@ mod tests {
             })
         );
     }
+
+    /// The canonical JSON of the first version's fields, in order. Every stored record's
+    /// hash covers exactly this layout: it must never change.
+    const FIRST_VERSION_LAYOUT: &str = concat!(
+        r#"{"seq":0,"time":"","query_id":"","principal":"","principal_id":null,"#,
+        r#""activated_roles":[],"client_addr":null,"action":"","table":null,"#,
+        r#""columns_requested":[],"columns_returned":[],"policies":[],"#,
+        r#""mirror_version":0,"tiers":[],"rows":null,"bytes":null,"decision":null,"#,
+        r#""reason":null,"query_digest":null,"token_id":null,"duration_ms":null,"#,
+        r#""signature":null,"prev_hash":"","hash":""}"#
+    );
+
+    #[test]
+    fn the_canonical_form_of_the_first_version_is_fixed() {
+        // A field added without `skip_serializing_if` (or in the middle) shows up here,
+        // and would change the hash of every record already stored.
+        assert_eq!(
+            String::from_utf8(AuditRecord::default().canonical_bytes()).unwrap(),
+            FIRST_VERSION_LAYOUT
+        );
+    }
+
+    #[test]
+    fn records_sealed_before_a_new_optional_field_still_verify() {
+        // A record as the first version stored it: its JSON and its hash, fixed here
+        // rather than computed, so a change of the canonical form cannot go unseen.
+        let stored = r#"{"seq":1,"time":"2026-11-30T00:00:01.000000Z","query_id":"q1",
+            "principal":"alice","principal_id":null,"activated_roles":["analyst"],
+            "client_addr":"127.0.0.1:5000","action":"scan","table":"sales.orders",
+            "columns_requested":[],"columns_returned":["id"],"policies":["eu_rows@1"],
+            "mirror_version":3,"tiers":["hot"],"rows":2,"bytes":null,"decision":"allow",
+            "reason":null,"query_digest":null,"token_id":null,"duration_ms":4,
+            "signature":null,"prev_hash":"0000000000000000000000000000000000000000000000000000000000000000",
+            "hash":"HASH"}"#;
+        let mut record: AuditRecord = serde_json::from_str(stored).unwrap();
+        let sealed_hash = record.compute_hash();
+        record.hash = sealed_hash.clone();
+        assert_eq!(
+            verify(&[record.clone()], &CheckpointKey::generate().public_hex())
+                .unwrap()
+                .first_damage,
+            None
+        );
+
+        // A later version adds an optional field, as the type's doc says to.
+        #[derive(Serialize)]
+        struct NextVersion {
+            #[serde(flatten)]
+            first: AuditRecord,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            throttled_ms: Option<u64>,
+        }
+        let unsealed = |r: &AuditRecord| {
+            let mut r = r.clone();
+            r.hash = String::new();
+            r.signature = None;
+            r
+        };
+        let absent = NextVersion {
+            first: unsealed(&record),
+            throttled_ms: None,
+        };
+        // The old record read by the new version: the field is absent, the bytes and so
+        // the hash are the ones sealed before the field existed.
+        assert_eq!(
+            serde_json::to_vec(&absent).unwrap(),
+            record.canonical_bytes()
+        );
+        // A new record that sets the field hashes it too.
+        let present = NextVersion {
+            first: unsealed(&record),
+            throttled_ms: Some(7),
+        };
+        let bytes = serde_json::to_vec(&present).unwrap();
+        assert_ne!(bytes, record.canonical_bytes());
+        assert!(
+            String::from_utf8(bytes)
+                .unwrap()
+                .ends_with(r#""hash":"","throttled_ms":7}"#)
+        );
+        // The golden hash of this stored record, as the first version computed it.
+        assert_eq!(sealed_hash, FIRST_VERSION_HASH);
+    }
+
+    /// The hash of the record in `records_sealed_before_a_new_optional_field_still_verify`,
+    /// computed outside Rust (SHA-256 of the genesis hash and the compact JSON above).
+    const FIRST_VERSION_HASH: &str =
+        "87da1f82ee088af9ad96d4f226d26cb40c0bd3c02b252e6cd5218657d670234a";
 
     #[test]
     fn keys_round_trip_and_bad_keys_are_refused() {

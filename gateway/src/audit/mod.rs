@@ -6,7 +6,7 @@
 //! - [`table`]: the `_system.audit` definition and records as Arrow rows;
 //! - [`writer`]: appending in chain order, synced before a read returns data;
 //! - [`call`]: one call's allow, deny and completion records;
-//! - [`verify`]: re-checking the stored log, frame by frame, without repairing it;
+//! - [`mod@verify`]: re-checking the stored log, frame by frame, without repairing it;
 //! - [`query`]: reading records back through the governed planner.
 //!
 //! This module decides nothing about access: it records the decisions of

@@ -64,7 +64,7 @@ pub const LIST_COLUMNS: [&str; 5] = [
 /// tiered.
 pub fn audit_table_spec(hot_retention: std::time::Duration) -> TableSpec {
     TableSpec {
-        namespace: hotgate_store::table::SYSTEM_NAMESPACE.to_owned(),
+        namespace: hotgate_store::table_def::SYSTEM_NAMESPACE.to_owned(),
         name: AUDIT_TABLE.to_owned(),
         columns: COLUMNS
             .iter()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use arrow_schema::SchemaRef;
 use hotgate_store::{HotTable, PendingAppend, ScanRequest, Store};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
 
 use super::chain::{AuditRecord, CHECKPOINT, Chain, CheckpointKey, DigestKey};
 use super::table::{audit_table_name, audit_table_spec, format_time, from_batch, to_batch};
@@ -28,7 +28,7 @@ pub struct AuditLog {
     /// One clone per detached write still running; [`AuditLog::flush`] waits for them.
     detached: Arc<()>,
     /// Records waiting to ride along with the next write; see [`AuditLog::defer`].
-    deferred: std::sync::Mutex<Vec<AuditRecord>>,
+    deferred: parking_lot::Mutex<Vec<AuditRecord>>,
 }
 
 /// The longest a deferred record waits for a write to ride along with.
@@ -169,7 +169,7 @@ impl AuditLog {
     /// last moment; records that authorize anything are never deferred.
     pub fn defer(&self, record: AuditRecord) {
         if self.enabled() {
-            lock(&self.deferred).push(record);
+            self.deferred.lock().push(record);
         }
     }
 
@@ -179,7 +179,7 @@ impl AuditLog {
             return Ok(());
         };
         let mut state = self.state.lock().await;
-        if state.since_checkpoint == 0 && lock(&self.deferred).is_empty() {
+        if state.since_checkpoint == 0 && self.deferred.lock().is_empty() {
             return Ok(());
         }
         let pending = self.queue(table, &mut state, None, true).await?;
@@ -192,7 +192,7 @@ impl AuditLog {
         let Some(table) = &self.table else {
             return Ok(());
         };
-        if lock(&self.deferred).is_empty() {
+        if self.deferred.lock().is_empty() {
             return Ok(());
         }
         let mut state = self.state.lock().await;
@@ -209,7 +209,7 @@ impl AuditLog {
         record: Option<AuditRecord>,
         checkpoint: bool,
     ) -> Result<PendingRecord> {
-        let deferred = std::mem::take(&mut *lock(&self.deferred));
+        let deferred = std::mem::take(&mut *self.deferred.lock());
         let before = (state.chain.clone(), state.last_micros);
         let micros = now_micros().max(state.last_micros);
         let mut rows: Vec<AuditRecord> = deferred
@@ -246,7 +246,7 @@ impl AuditLog {
             Err(e) => {
                 // Nothing was queued: the chain continues from where it was.
                 (state.chain, state.last_micros) = before;
-                let mut kept = lock(&self.deferred);
+                let mut kept = self.deferred.lock();
                 let newer = std::mem::take(&mut *kept);
                 *kept = deferred.into_iter().chain(newer).collect();
                 Err(e)
@@ -293,34 +293,31 @@ impl AuditLog {
 
     /// Writes deferred records every [`DEFERRED_FLUSH`], and a checkpoint every
     /// `interval` when records arrived since the last one.
-    pub fn spawn_background(self: &Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    pub async fn run_background(
+        self: Arc<Self>,
+        interval: Duration,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
         if !self.enabled() {
             return;
         }
-        let log = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(DEFERRED_FLUSH);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-                if let Err(e) = log.flush_deferred().await {
-                    tracing::error!("deferred audit records not written: {e}");
-                }
-                let stale = !interval.is_zero()
-                    && log.state.lock().await.last_checkpoint.elapsed() >= interval;
-                if stale && let Err(e) = log.checkpoint().await {
-                    tracing::error!("audit checkpoint not written: {e}");
-                }
+        let mut tick = tokio::time::interval(DEFERRED_FLUSH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = cancel.cancelled() => break,
             }
-        });
+            if let Err(e) = self.flush_deferred().await {
+                tracing::error!("deferred audit records not written: {e}");
+            }
+            let stale = !interval.is_zero()
+                && self.state.lock().await.last_checkpoint.elapsed() >= interval;
+            if stale && let Err(e) = self.checkpoint().await {
+                tracing::error!("audit checkpoint not written: {e}");
+            }
+        }
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn write_rows(

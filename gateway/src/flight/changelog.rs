@@ -13,7 +13,7 @@ use hotgate_store::{CHANGE_COLUMN, HotTable, LogId, ScanRequest, change_meta_fie
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::BatchStream;
+use super::opened::BatchStream;
 use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::planner::check_columns;

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, TableName};
 
-use super::OpenedRead;
+use super::opened::OpenedRead;
 use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;

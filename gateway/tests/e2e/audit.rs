@@ -364,7 +364,7 @@ async fn reads_fail_closed_when_the_audit_cannot_be_written() {
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
 }
 
-pub fn contains_bytes(dir: &Path, needle: &[u8]) -> bool {
+pub(crate) fn contains_bytes(dir: &Path, needle: &[u8]) -> bool {
     walk(dir).iter().any(|f| {
         std::fs::read(f)
             .unwrap()
@@ -373,7 +373,7 @@ pub fn contains_bytes(dir: &Path, needle: &[u8]) -> bool {
     })
 }
 
-pub fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+pub(crate) fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();

@@ -758,10 +758,10 @@ mod polaris_stub {
     use axum::routing::get;
     use serde_json::{Value, json};
 
-    pub const TOKEN: &str = "stub-polaris-token";
+    pub(super) const TOKEN: &str = "stub-polaris-token";
 
     #[derive(Clone)]
-    pub struct Stub {
+    pub(super) struct Stub {
         pub doc: Arc<Mutex<Value>>,
         pub failing: Arc<Mutex<bool>>,
         pub addr: SocketAddr,
@@ -879,7 +879,7 @@ mod polaris_stub {
         ))
     }
 
-    pub async fn start(doc: Value) -> Stub {
+    pub(super) async fn start(doc: Value) -> Stub {
         let shared: Shared = (Arc::new(Mutex::new(doc)), Arc::new(Mutex::new(false)));
         let app = Router::new()
             .route(

@@ -14,4 +14,5 @@ mod reads;
 mod retention;
 mod s3;
 mod schema;
+mod shutdown;
 mod tiering;

@@ -8,8 +8,8 @@ use std::process::Command;
 
 use crate::harness::*;
 
-#[test]
-fn pyarrow_flight_walkthrough() {
+/// The venv's Python; a missing venv fails the test.
+fn venv_python() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join(".venv/bin/python");
     assert!(
@@ -17,18 +17,23 @@ fn pyarrow_flight_walkthrough() {
         "{} is missing: run scripts/setup (it creates the venv with pyarrow and pytest)",
         python.display()
     );
+    python
+}
+
+#[test]
+fn pyarrow_flight_walkthrough() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = venv_python();
     let dir = tempfile::tempdir().unwrap();
     // The test grants, plus an analyst who may only read namespace `gov`.
     let mut grants = content_grants();
-    grants["catalogs"][0]["catalogRoles"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "py_reader", "principalRoles": ["py_analysts"],
-            "grants": [{"type": "namespace", "namespace": ["gov"], "privilege": "TABLE_READ_DATA"}]}));
-    grants["principalRoles"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "py_analysts", "principals": ["py_analyst"]}));
+    add_role(
+        &mut grants,
+        "py_reader",
+        serde_json::json!([{"type": "namespace", "namespace": ["gov"], "privilege": "TABLE_READ_DATA"}]),
+        "py_analysts",
+        &["py_analyst"],
+    );
     write_grants(dir.path(), &grants);
     let server = Server::start(dir.path());
     let token = server.token("py", &["writer"]);
@@ -61,4 +66,78 @@ fn pyarrow_flight_walkthrough() {
     println!("{text}");
     assert!(out.status.success(), "pytest failed:\n{text}");
     assert!(text.contains("passed"), "pytest ran no test:\n{text}");
+}
+
+/// A pyarrow client that meets a server bug (a read that panics, through a fail point)
+/// gets `FlightInternalError` with an error id and a short message: no server path, no
+/// cause. The server log holds the same id with the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_error_shows_the_client_an_id_that_the_server_log_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let data = dir.path().join("data");
+    let server = Launch::new(&data)
+        .env(&[("FAILPOINTS", "open-read=panic")])
+        .log(&log)
+        .start();
+    let token = server.token("py", &["writer"]);
+    assert_eq!(
+        create_table(&server, &token, events_table()).await.status(),
+        201
+    );
+    let mut client = server.client().await;
+    put(&mut client, &token, &["app", "events"], vec![events(0..5)])
+        .await
+        .unwrap();
+
+    let script = r#"
+import json, os, sys
+import pyarrow.flight as flight
+client = flight.connect(os.environ["HOTGATE_FLIGHT"])
+options = flight.FlightCallOptions(
+    headers=[(b"authorization", ("Bearer " + os.environ["HOTGATE_TOKEN"]).encode())])
+try:
+    client.do_get(flight.Ticket(json.dumps({"table": "app.events"}).encode()), options).read_all()
+    print("NO ERROR")
+except flight.FlightInternalError as e:
+    print("INTERNAL:" + str(e))
+"#;
+    let out = Command::new(venv_python())
+        .args(["-c", script])
+        .env("HOTGATE_FLIGHT", format!("grpc://{}", server.flight))
+        .env("HOTGATE_TOKEN", &token)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let message = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("INTERNAL:"))
+        .unwrap_or_else(|| panic!("the client saw no internal error: {stdout}"));
+    let id: String = message
+        .split("internal error ")
+        .nth(1)
+        .map(|rest| rest.chars().take_while(char::is_ascii_hexdigit).collect())
+        .unwrap_or_default();
+    assert_eq!(id.len(), 32, "no error id in {message:?}");
+    let data_dir = std::path::absolute(&data).unwrap();
+    for leak in [data_dir.to_str().unwrap(), "panicked", "open-read", ".rs:"] {
+        assert!(
+            !message.contains(leak),
+            "{leak:?} leaked to the client: {message:?}"
+        );
+    }
+
+    // The server log names the id with the cause.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let line = logged
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("error id {id} is not in the server log:\n{logged}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains("panicked"), "the cause is not logged: {line}");
 }

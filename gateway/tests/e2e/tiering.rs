@@ -341,9 +341,10 @@ impl Deployment {
         http: std::net::SocketAddr,
         env: &[(&str, &str)],
     ) -> Server {
+        let launch = Launch::new(self.dir.path()).addrs(flight, http).env(env);
         match &self.config {
-            Some(config) => Server::start_config(self.dir.path(), flight, http, env, config),
-            None => Server::start_env(self.dir.path(), flight, http, env),
+            Some(config) => launch.config(config).start(),
+            None => launch.start(),
         }
     }
 }

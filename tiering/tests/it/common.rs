@@ -4,20 +4,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use hotgate_store::{HotTable, Store, StoreOptions, TableDef, TableSpec};
 use hotgate_tiering::{Catalog, CatalogConfig, Tierer};
 use iceberg::table::Table;
 
-/// 2026-11-30T00:00:00Z in µs.
-pub const T0: i64 = 1_795_996_800_000_000;
-pub const DAY_US: i64 = 86_400_000_000;
+pub(crate) use hotgate_testkit::{DAY_US, T0};
+use hotgate_testkit::{MINUTE_US, batch, int64_values, int64s, strings, timestamps};
 
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub dir: tempfile::TempDir,
     /// Kept open for the test: its logs' writer tasks live as long as it.
     pub _store: Store,
@@ -25,25 +21,19 @@ pub struct Fixture {
     pub tierer: Tierer,
 }
 
-pub fn events_spec(buckets: u32) -> TableSpec {
-    serde_json::from_value(serde_json::json!({
-        "namespace": "app", "name": "events",
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": false},
-            {"name": "customer", "type": "string", "nullable": false},
-            {"name": "email", "type": "string", "tags": ["pii"]},
-            {"name": "ts", "type": "timestamp_us", "nullable": false}
-        ],
-        "time_column": "ts", "bucket_key": "customer", "buckets": buckets
-    }))
+pub(crate) fn events_spec(buckets: u32) -> TableSpec {
+    serde_json::from_value(hotgate_testkit::events_spec(
+        serde_json::json!({"name": "email", "type": "string", "tags": ["pii"]}),
+        buckets,
+    ))
     .unwrap()
 }
 
-pub async fn fixture(buckets: u32) -> Fixture {
+pub(crate) async fn fixture(buckets: u32) -> Fixture {
     fixture_with(events_spec(buckets)).await
 }
 
-pub async fn fixture_with(spec: TableSpec) -> Fixture {
+pub(crate) async fn fixture_with(spec: TableSpec) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hot"), StoreOptions::default()).unwrap();
     let hot = store.create_table(spec).await.unwrap();
@@ -61,52 +51,35 @@ pub async fn fixture_with(spec: TableSpec) -> Fixture {
 }
 
 impl Fixture {
-    pub fn def(&self) -> Arc<TableDef> {
+    pub(crate) fn def(&self) -> Arc<TableDef> {
         self.hot.def()
     }
 
-    pub async fn table(&self) -> Table {
+    pub(crate) async fn table(&self) -> Table {
         self.tierer.catalog().load(self.def().name()).await.unwrap()
     }
 }
 
 /// Rows with ids `ids`, customers cycling over 7 names, one row a minute from `start`.
-pub fn events(ids: std::ops::Range<i64>, start: i64) -> RecordBatch {
+pub(crate) fn events(ids: std::ops::Range<i64>, start: i64) -> RecordBatch {
     let ids: Vec<i64> = ids.collect();
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("customer", DataType::Utf8, false),
-        Field::new("email", DataType::Utf8, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
+    batch([
+        ("id", int64s(ids.iter().copied())),
+        (
+            "customer",
+            strings(ids.iter().map(|i| format!("customer-{}", i % 7))),
         ),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(ids.clone())) as ArrayRef,
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| format!("customer-{}", i % 7)),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| format!("user{i}@example.com")),
-            )),
-            Arc::new(
-                TimestampMicrosecondArray::from_iter_values(
-                    ids.iter().map(|i| start + i * 60_000_000),
-                )
-                .with_timezone("UTC"),
-            ),
-        ],
-    )
-    .unwrap()
+        (
+            "email",
+            strings(ids.iter().map(|i| format!("user{i}@example.com"))),
+        ),
+        ("ts", timestamps(ids.iter().map(|i| start + i * MINUTE_US))),
+    ])
 }
 
 /// Every id in the table's current snapshot, read with iceberg-rust's scan; duplicates
 /// are kept, so a row tiered twice shows up twice.
-pub async fn cold_ids(table: &Table) -> Vec<i64> {
+pub(crate) async fn cold_ids(table: &Table) -> Vec<i64> {
     if table.metadata().current_snapshot().is_none() {
         return Vec::new();
     }
@@ -119,16 +92,13 @@ pub async fn cold_ids(table: &Table) -> Vec<i64> {
         .await
         .unwrap();
     let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
-    let mut ids: Vec<i64> = batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect();
+    let mut ids = int64_values(&batches, "id");
     ids.sort_unstable();
     ids
 }
 
 /// The data files live in the current snapshot.
-pub async fn live_files(table: &Table) -> BTreeSet<String> {
+pub(crate) async fn live_files(table: &Table) -> BTreeSet<String> {
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return BTreeSet::new();
     };

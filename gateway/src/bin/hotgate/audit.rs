@@ -7,7 +7,7 @@ use std::time::Duration;
 use hotgate_gateway::audit::{CheckpointKey, verify_audit_log};
 
 /// Prints the checkpoint public key, creating the key pair on first use.
-pub fn pubkey(config: &hotgate_gateway::Config) -> Result<(), String> {
+pub(crate) fn pubkey(config: &hotgate_gateway::Config) -> Result<(), String> {
     let key = CheckpointKey::load_or_create(&config.audit_key_path())?;
     println!("{}", key.public_hex());
     Ok(())
@@ -15,7 +15,10 @@ pub fn pubkey(config: &hotgate_gateway::Config) -> Result<(), String> {
 
 /// Verifies the audit log under the data dir without changing anything. Prints the
 /// report as JSON; `Ok(false)` when the chain is damaged.
-pub fn verify(config: &hotgate_gateway::Config, public_key: Option<&str>) -> Result<bool, String> {
+pub(crate) fn verify(
+    config: &hotgate_gateway::Config,
+    public_key: Option<&str>,
+) -> Result<bool, String> {
     let key = match public_key {
         Some(k) => k.to_owned(),
         None => read_public_key(&config.audit_key_path())?,
@@ -43,7 +46,7 @@ fn read_public_key(path: &Path) -> Result<String, String> {
 
 /// Where and as whom `query` and `tail` call the server.
 #[derive(Debug, clap::Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// The server's HTTP address; default: `http_addr` of the configuration.
     #[arg(long)]
     pub server: Option<String>,
@@ -54,7 +57,7 @@ pub struct ServerArgs {
 
 /// The filters of `GET /v1/audit`.
 #[derive(Debug, clap::Args)]
-pub struct Filters {
+pub(crate) struct Filters {
     #[arg(long)]
     pub principal: Option<String>,
     #[arg(long)]
@@ -147,7 +150,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 /// Prints matching records, newest first, one JSON object per line, following pages
 /// until `limit` records were printed.
-pub fn query(
+pub(crate) fn query(
     config: &hotgate_gateway::Config,
     server: &ServerArgs,
     filters: &Filters,
@@ -180,7 +183,7 @@ pub fn query(
 
 /// Prints the last `last` matching records oldest first, then, with `follow`, each new
 /// one as it arrives (polling every `every`).
-pub fn tail(
+pub(crate) fn tail(
     config: &hotgate_gateway::Config,
     server: &ServerArgs,
     filters: &Filters,

@@ -2,12 +2,14 @@
 
 use tracing_subscriber::EnvFilter;
 
-pub fn serve(config: hotgate_gateway::Config) -> Result<(), String> {
+pub(crate) fn serve(config: hotgate_gateway::Config) -> Result<(), String> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_env("HOTGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

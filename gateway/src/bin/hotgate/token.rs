@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub fn token(
+pub(crate) fn token(
     config: &hotgate_gateway::Config,
     sub: &str,
     roles: &[String],

@@ -2,7 +2,7 @@
 //! `accepted` to `verified`, through the real gateway (in process).
 //!
 //! A log table of 16 buckets (bucket key `user_id`) is filled through Flight DoPut
-//! until its tiered Parquet reaches `HOTGATE_BENCH_DELETION_MB` (default 2048), and
+//! until its tiered Parquet reaches `--mb` (default 2048), and
 //! tiered. Then, in the same run:
 //!
 //! 1. a deletion by the bucket key (`user_id = '<one user>'`): the copy-on-write should
@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use hotgate_gateway::Config;
 
-use crate::{BenchResult, connect, create_tables, put_all};
+use crate::gateway::{BenchResult, Gateway, put_all};
 
 const USERS: usize = 20_000;
 const SESSIONS: usize = 2_000;
@@ -100,67 +99,26 @@ fn batch(first: i64, noise: &mut Noise, day_start: i64) -> BenchResult<RecordBat
     )?)
 }
 
-async fn http_json(
-    method: reqwest::Method,
-    url: String,
-    token: &str,
-    body: Option<serde_json::Value>,
-) -> BenchResult<serde_json::Value> {
-    let mut request = reqwest::Client::new()
-        .request(method, url)
-        .bearer_auth(token)
-        .timeout(Duration::from_secs(3600));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status();
-    let text = response.text().await?;
-    if !status.is_success() {
-        return Err(format!("{status}: {text}").into());
-    }
-    Ok(serde_json::from_str(&text)?)
-}
-
-async fn cold_bytes(config: &Config, token: &str) -> BenchResult<u64> {
-    let status = http_json(
-        reqwest::Method::GET,
-        format!("http://{}/v1/tables/bench.erase/tiering", config.http_addr),
-        token,
-        None,
-    )
-    .await?;
+async fn cold_bytes(gateway: &Gateway) -> BenchResult<u64> {
+    let status = gateway
+        .http(reqwest::Method::GET, "/v1/tables/bench.erase/tiering", None)
+        .await?;
     Ok(status["bytes"].as_u64().unwrap_or(0))
 }
 
 /// Files a deletion and waits for `verified`; prints its receipt as one JSON line.
-async fn delete(
-    config: &Config,
-    token: &str,
-    by: &str,
-    predicate: String,
-) -> BenchResult<serde_json::Value> {
-    let base = format!("http://{}", config.http_addr);
+async fn delete(gateway: &Gateway, by: &str, predicate: String) -> BenchResult<serde_json::Value> {
     let started = Instant::now();
-    let record = http_json(
-        reqwest::Method::POST,
-        format!("{base}/v1/deletions"),
-        token,
-        Some(
-            serde_json::json!({"tables": ["bench.erase"], "predicate": predicate,
-            "subject": format!("bench-{by}"), "reason": "benchmark"}),
-        ),
-    )
-    .await?;
+    let body = serde_json::json!({"tables": ["bench.erase"], "predicate": predicate,
+        "subject": format!("bench-{by}"), "reason": "benchmark"});
+    let record = gateway
+        .http(reqwest::Method::POST, "/v1/deletions", Some(&body))
+        .await?;
     let id = record["id"].as_str().ok_or("no request id")?.to_owned();
     let shown = loop {
-        let shown = http_json(
-            reqwest::Method::GET,
-            format!("{base}/v1/deletions/{id}"),
-            token,
-            None,
-        )
-        .await?;
+        let shown = gateway
+            .http(reqwest::Method::GET, &format!("/v1/deletions/{id}"), None)
+            .await?;
         if shown["state"] == "verified" {
             break shown;
         }
@@ -197,33 +155,21 @@ async fn delete(
     Ok(line)
 }
 
-pub async fn deletion() -> BenchResult<()> {
-    let target_mb: u64 = std::env::var("HOTGATE_BENCH_DELETION_MB")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2048);
+pub(crate) async fn deletion(target_mb: u64) -> BenchResult<()> {
     // Tiering runs only when the bench asks: the table's size is then known exactly.
-    let gateway = crate::start_gateway_with(|config| config.tiering.scheduler = false).await?;
-    let (config, token) = (&gateway.config, gateway.token.as_str());
-    create_tables(config, token, &[spec()]).await?;
+    let gateway = Gateway::start_with(|config| config.tiering.scheduler = false).await?;
+    let token = gateway.token.as_str();
+    gateway.create_tables(&[spec()]).await?;
 
     // Fill: one round of 32 batches, tiered, gives the Parquet bytes per row; the
     // rest goes in rounds of 32 batches and is tiered once at the end, so each bucket
     // holds a few large files.
-    let mut client = connect(config.flight_addr).await?;
+    let mut client = gateway.client().await?;
     let mut noise = Noise(0x9E37_79B9_7F4A_7C15);
     let day_start = chrono::Utc::now().timestamp_micros() / 86_400_000_000 * 86_400_000_000;
     let (mut next_id, mut rounds) = (0i64, 0);
     let fill_started = Instant::now();
-    let tier = || async {
-        http_json(
-            reqwest::Method::POST,
-            format!("http://{}/v1/tables/bench.erase/tier", config.http_addr),
-            token,
-            None,
-        )
-        .await
-    };
+    let tier = || gateway.http(reqwest::Method::POST, "/v1/tables/bench.erase/tier", None);
     let mut wanted_rows = i64::MAX;
     while next_id < wanted_rows {
         let mut batches = Vec::new();
@@ -235,7 +181,7 @@ pub async fn deletion() -> BenchResult<()> {
         rounds += 1;
         if rounds == 1 {
             tier().await?;
-            let per_row = cold_bytes(config, token).await? as f64 / next_id as f64;
+            let per_row = cold_bytes(&gateway).await? as f64 / next_id as f64;
             wanted_rows = ((target_mb << 20) as f64 / per_row.max(1.0)).ceil() as i64;
         }
     }
@@ -243,12 +189,12 @@ pub async fn deletion() -> BenchResult<()> {
     println!(
         "{}",
         serde_json::json!({"bench": "deletion_fill", "rows": next_id, "rounds": rounds,
-            "cold_bytes": cold_bytes(config, token).await?,
+            "cold_bytes": cold_bytes(&gateway).await?,
             "fill_s": fill_started.elapsed().as_secs_f64()})
     );
 
-    let by_key = delete(config, token, "bucket_key", "user_id = 'u-004242'".into()).await?;
-    let by_other = delete(config, token, "other_column", "session = 's-000777'".into()).await?;
+    let by_key = delete(&gateway, "bucket_key", "user_id = 'u-004242'".into()).await?;
+    let by_other = delete(&gateway, "other_column", "session = 's-000777'".into()).await?;
     println!(
         "{}",
         serde_json::json!({"bench": "deletion_summary",
@@ -259,7 +205,5 @@ pub async fn deletion() -> BenchResult<()> {
             "bucket_key_accepted_to_verified_ms": by_key["accepted_to_verified_ms"],
             "other_column_accepted_to_verified_ms": by_other["accepted_to_verified_ms"]})
     );
-    let _ = gateway.stop.send(());
-    gateway.task.await??;
-    Ok(())
+    gateway.stop().await
 }

@@ -14,8 +14,8 @@
 //! - **Reader freshness**: append → visible in a scan, in-process, which is what a reader
 //!   sees whatever the cold tier's cadence.
 //!
-//! `HOTGATE_BENCH_DAY_SECS` shortens the simulated day (default 86400) and
-//! `HOTGATE_BENCH_DAY_ROWS` sets its volume (default 4,000,000 rows, spread evenly over
+//! `--day-secs` shortens the simulated day (default 86400) and `--day-rows` sets its
+//! volume (default 4,000,000 rows, spread evenly over
 //! the ticks): a shortened day keeps the volume, so file sizes stay comparable.
 
 use std::sync::Arc;
@@ -29,10 +29,10 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hotgate_store::{Clock, LogOptions, ScanRequest, Store, StoreOptions, TableSpec};
 use hotgate_tiering::{Catalog, CatalogConfig, MaintenanceOptions, Tierer};
 
-use crate::BenchResult;
+use hotgate_testkit::T0;
 
-/// 2026-11-30T00:00:00Z in µs.
-const T0: i64 = 1_795_996_800_000_000;
+use crate::gateway::BenchResult;
+use crate::stats::median;
 const CONVERT_BATCHES: usize = 40;
 const CONVERT_ROWS: usize = 25_000;
 const ROUNDS: usize = 5;
@@ -88,21 +88,8 @@ fn batch(first: i64, rows: usize, ts: impl Fn(i64) -> i64) -> BenchResult<Record
     )?)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-pub async fn tiering() -> BenchResult<()> {
+pub(crate) async fn tiering(day_secs: i64, day_rows: usize) -> BenchResult<()> {
     conversion().await?;
-    let day_secs: i64 = std::env::var("HOTGATE_BENCH_DAY_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(86_400);
-    let day_rows: usize = std::env::var("HOTGATE_BENCH_DAY_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4_000_000);
     let mut summary = Vec::new();
     for (freshness, secs) in [("10s", 10), ("1m", 60), ("5m", 300)] {
         summary.push(simulated_day(freshness, secs, day_secs, day_rows).await?);

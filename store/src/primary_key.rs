@@ -8,7 +8,7 @@
 //!    it reflects (`applied`), without RocksDB's WAL.
 //!
 //! After a crash RocksDB holds some consistent earlier state with its `applied` offset
-//! (the batch is atomic), and [`PkState::open`] replays the log from there. A change is
+//! (the batch is atomic), and `state_recovery::catch_up` replays the log from there. A change is
 //! acknowledged only after step 3, so every acknowledged change reaches both, and a
 //! change cut from the log's torn tail never reached RocksDB.
 //!
@@ -30,7 +30,7 @@ use rocksdb::{
 
 use crate::error::{Result, StoreError};
 use crate::state_cache::{CachedRow, StateCache, TableCache};
-use crate::table::{TableDef, TableKind};
+use crate::table_def::{TableDef, TableKind};
 
 /// The changelog column of a primary-key table's log.
 pub const CHANGE_COLUMN: &str = "_change";
@@ -201,7 +201,7 @@ pub struct PkState {
     key_indices: Vec<usize>,
     keys: RowConverter,
     /// Swapped whole when columns are added.
-    codec: std::sync::RwLock<Arc<RowCodec>>,
+    codec: parking_lot::RwLock<Arc<RowCodec>>,
 }
 
 /// How whole rows are encoded as RocksDB values: the stored schema of the current
@@ -282,19 +282,19 @@ impl PkState {
             cf_name,
             key_indices,
             keys,
-            codec: std::sync::RwLock::new(Arc::new(RowCodec::new(stored)?)),
+            codec: parking_lot::RwLock::new(Arc::new(RowCodec::new(stored)?)),
         })
     }
 
     fn codec(&self) -> Arc<RowCodec> {
-        Arc::clone(&crate::sync::read(&self.codec))
+        Arc::clone(&self.codec.read())
     }
 
     /// Switches to `def`'s stored schema, which adds columns at the end of the current
     /// one (the caller holds every bucket's write lock).
     pub(crate) fn set_schema(&self, def: &TableDef) -> Result<()> {
         let codec = RowCodec::new(Arc::clone(def.stored_schema()))?;
-        *crate::sync::write(&self.codec) = Arc::new(codec);
+        *self.codec.write() = Arc::new(codec);
         Ok(())
     }
 
@@ -775,7 +775,7 @@ impl PkState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::TableSpec;
+    use crate::table_def::TableSpec;
 
     #[test]
     fn a_damaged_value_is_corrupt_not_a_panic() {

@@ -1,11 +1,11 @@
 //! `hotgate-bench lookup`: batched and single-key lookups over a primary-key table of
-//! `HOTGATE_BENCH_KEYS` keys (default 1,000,000), against the same keys in Redis on
+//! `--keys` keys (default 1,000,000), against the same keys in Redis on
 //! loopback (`MGET` and `GET`), interleaved in one run. hotgate runs twice: with its
 //! audit on (the default: every lookup's record is synced before its rows leave) and off.
 //!
 //! `hotgate-bench recovery`: the time a primary-key table takes to open with its
 //! RocksDB state intact, and to rebuild it from the changelog alone (the worst case after
-//! a kill -9, where RocksDB kept nothing), for 1M and 10M keys (`HOTGATE_BENCH_RECOVERY_KEYS`).
+//! a kill -9, where RocksDB kept nothing), for 1M and 10M keys (`--keys`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -13,18 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_array::RecordBatch;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightDescriptor, Ticket};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
+use hotgate_testkit::{batch, float64s, free_addr, int64s, strings, timestamps, with_token};
 use tonic::transport::Channel;
 
-use crate::{
-    BenchResult, Gateway, connect, create_tables, free_addr, median, now_us, percentile,
-    start_gateway, with_token,
-};
+use crate::gateway::{BenchResult, Gateway, now_us, put_to};
+use crate::stats::Latencies;
 
 const LOAD_BATCH: i64 = 50_000;
 const BATCH_KEYS: usize = 1_000;
@@ -44,29 +41,17 @@ fn kv_spec() -> serde_json::Value {
         "primary_key": ["id"], "time_column": "ts", "bucket_key": "id", "buckets": 8})
 }
 
-fn kv_batch(ids: std::ops::Range<i64>, ts: i64) -> BenchResult<RecordBatch> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("name", DataType::Utf8, true),
-        Field::new("balance", DataType::Float64, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
+fn kv_batch(ids: std::ops::Range<i64>, ts: i64) -> RecordBatch {
+    let n = ids.clone().count();
+    batch([
+        ("id", int64s(ids.clone())),
+        (
+            "name",
+            strings(ids.clone().map(|i| format!("customer-{i}"))),
         ),
-    ]));
-    let n = (ids.end - ids.start) as usize;
-    Ok(RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from_iter_values(ids.clone())),
-            Arc::new(StringArray::from_iter_values(
-                ids.clone().map(|i| format!("customer-{i}")),
-            )),
-            Arc::new(Float64Array::from_iter_values(ids.map(|i| i as f64 * 0.5))),
-            Arc::new(TimestampMicrosecondArray::from(vec![ts; n]).with_timezone("UTC")),
-        ],
-    )?)
+        ("balance", float64s(ids.map(|i| i as f64 * 0.5))),
+        ("ts", timestamps(std::iter::repeat_n(ts, n))),
+    ])
 }
 
 /// The Redis value of a key: the same row, as text.
@@ -144,25 +129,15 @@ impl Keys {
 }
 
 async fn load_hotgate(gateway: &Gateway, keys: i64, ts: i64) -> BenchResult<f64> {
-    create_tables(&gateway.config, &gateway.token, &[kv_spec()]).await?;
-    let mut client = connect(gateway.config.flight_addr).await?;
+    gateway.create_tables(&[kv_spec()]).await?;
+    let mut client = gateway.client().await?;
     let start = Instant::now();
     let mut first = 0;
     while first < keys {
         let end = (first + LOAD_BATCH).min(keys);
         let descriptor = FlightDescriptor::new_cmd(r#"{"table":"bench.kv","op":"upsert"}"#);
-        let data: Vec<_> = FlightDataEncoderBuilder::new()
-            .with_flight_descriptor(Some(descriptor))
-            .build(futures::stream::iter([Ok(kv_batch(first..end, ts)?)]))
-            .try_collect()
-            .await?;
-        let mut results = client
-            .do_put(with_token(futures::stream::iter(data), &gateway.token)?)
-            .await?
-            .into_inner();
-        while let Some(r) = results.next().await {
-            r?;
-        }
+        let batches = vec![kv_batch(first..end, ts)];
+        put_to(&mut client, &gateway.token, descriptor, batches).await?;
         first = end;
     }
     Ok(start.elapsed().as_secs_f64())
@@ -200,7 +175,7 @@ async fn hotgate_lookup(
     }
     ticket.push_str("]}");
     let stream = client
-        .do_get(with_token(Ticket::new(ticket), token)?)
+        .do_get(with_token(Ticket::new(ticket), token))
         .await?
         .into_inner()
         .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
@@ -222,13 +197,13 @@ fn redis_get(redis: &mut redis::Connection, id: i64) -> BenchResult<usize> {
     Ok(usize::from(value.is_some()))
 }
 
-/// Per-call seconds of each system, interleaved `ROUND` calls at a time.
+/// Per-call latencies of each system, interleaved `ROUND` calls at a time.
 struct Timings {
-    hotgate: Vec<f64>,
-    hotgate_no_audit: Vec<f64>,
-    redis: Vec<f64>,
+    hotgate: Latencies,
+    hotgate_no_audit: Latencies,
+    redis: Latencies,
     /// The store's own lookup, in process: what Flight, JSON, governance and audit add.
-    store: Vec<f64>,
+    store: Latencies,
 }
 
 /// The same table loaded into a store in this process, for the in-process baseline.
@@ -245,7 +220,7 @@ async fn load_store(
     while first < keys {
         let end = (first + LOAD_BATCH).min(keys);
         table
-            .write_changes(&kv_batch(first..end, ts)?, hotgate_store::ChangeOp::Upsert)
+            .write_changes(&kv_batch(first..end, ts), hotgate_store::ChangeOp::Upsert)
             .await?;
         first = end;
     }
@@ -253,21 +228,16 @@ async fn load_store(
 }
 
 fn store_lookup(table: &hotgate_store::HotTable, ids: &[i64]) -> BenchResult<usize> {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-    let keys = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec()))])?;
+    let keys = batch([("id", int64s(ids.iter().copied()))]);
     Ok(table.lookup(&keys)?.rows.num_rows())
 }
 
-pub async fn lookup() -> BenchResult<()> {
-    let keys: i64 = std::env::var("HOTGATE_BENCH_KEYS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
+pub(crate) async fn lookup(keys: i64) -> BenchResult<()> {
     let ts = now_us();
     let redis_server = RedisServer::start()?;
     let mut redis = redis_server.connection()?;
-    let audited = start_gateway(true).await?;
-    let unaudited = start_gateway(false).await?;
+    let audited = Gateway::start(true).await?;
+    let unaudited = Gateway::start(false).await?;
     let load = serde_json::json!({
         "bench": "lookup_load", "keys": keys,
         "hotgate_s": load_hotgate(&audited, keys, ts).await?,
@@ -284,8 +254,8 @@ pub async fn lookup() -> BenchResult<()> {
         "{}",
         serde_json::json!({"bench": "lookup_settle", "waited_s": settled.as_secs_f64()})
     );
-    let mut on = connect(audited.config.flight_addr).await?;
-    let mut off = connect(unaudited.config.flight_addr).await?;
+    let mut on = audited.client().await?;
+    let mut off = unaudited.client().await?;
 
     for (mode, per_call, calls) in [
         ("batched", BATCH_KEYS, BATCH_CALLS),
@@ -296,10 +266,10 @@ pub async fn lookup() -> BenchResult<()> {
             keys,
         };
         let mut t = Timings {
-            hotgate: Vec::with_capacity(calls),
-            hotgate_no_audit: Vec::with_capacity(calls),
-            redis: Vec::with_capacity(calls),
-            store: Vec::with_capacity(calls),
+            hotgate: Latencies::new(),
+            hotgate_no_audit: Latencies::new(),
+            redis: Latencies::new(),
+            store: Latencies::new(),
         };
         // Warm-up: connections, caches, the secure view.
         for _ in 0..ROUND {
@@ -313,13 +283,13 @@ pub async fn lookup() -> BenchResult<()> {
             for ids in &round {
                 let start = Instant::now();
                 let found = hotgate_lookup(&mut on, &audited.token, ids).await?;
-                t.hotgate.push(start.elapsed().as_secs_f64());
+                t.hotgate.record(start.elapsed());
                 check(found, ids.len(), "hotgate")?;
             }
             for ids in &round {
                 let start = Instant::now();
                 let found = hotgate_lookup(&mut off, &unaudited.token, ids).await?;
-                t.hotgate_no_audit.push(start.elapsed().as_secs_f64());
+                t.hotgate_no_audit.record(start.elapsed());
                 check(found, ids.len(), "hotgate (audit off)")?;
             }
             for ids in &round {
@@ -329,13 +299,13 @@ pub async fn lookup() -> BenchResult<()> {
                 } else {
                     redis_mget(&mut redis, ids)?
                 };
-                t.redis.push(start.elapsed().as_secs_f64());
+                t.redis.record(start.elapsed());
                 check(found, ids.len(), "redis")?;
             }
             for ids in &round {
                 let start = Instant::now();
                 let found = store_lookup(&table, ids)?;
-                t.store.push(start.elapsed().as_secs_f64());
+                t.store.record(start.elapsed());
                 check(found, ids.len(), "the store")?;
             }
         }
@@ -344,8 +314,7 @@ pub async fn lookup() -> BenchResult<()> {
     drop(table);
     store.close().await;
     for g in [audited, unaudited] {
-        let _ = g.stop.send(());
-        g.task.await??;
+        g.stop().await?;
     }
     Ok(())
 }
@@ -389,23 +358,22 @@ fn check(found: usize, asked: usize, who: &str) -> BenchResult<()> {
 fn report(mode: &str, per_call: usize, keys: i64, t: Timings) {
     let mut summary = serde_json::Map::new();
     let mut p50s = Vec::new();
-    for (system, mut secs) in [
+    for (system, latencies) in [
         ("hotgate", t.hotgate),
         ("hotgate_no_audit", t.hotgate_no_audit),
         ("redis", t.redis),
         ("hotgate_store_in_process", t.store),
     ] {
-        secs.sort_by(f64::total_cmp);
-        let total: f64 = secs.iter().sum();
-        let p50 = median(secs.clone());
+        let p50 = latencies.quantile_ms(0.5);
         p50s.push(p50);
         println!(
             "{}",
             serde_json::json!({
                 "bench": "lookup", "mode": mode, "system": system, "table_keys": keys,
-                "keys_per_call": per_call, "calls": secs.len(),
-                "keys_per_s": (secs.len() * per_call) as f64 / total,
-                "p50_ms": p50 * 1e3, "p99_ms": percentile(&secs, 0.99) * 1e3,
+                "keys_per_call": per_call, "calls": latencies.count(),
+                "keys_per_s": (latencies.count() as usize * per_call) as f64
+                    / latencies.total().as_secs_f64(),
+                "p50_ms": p50, "p99_ms": latencies.quantile_ms(0.99),
             })
         );
     }
@@ -422,11 +390,7 @@ fn report(mode: &str, per_call: usize, keys: i64, t: Timings) {
 
 /// Opens a store holding one primary-key table of `keys` keys and reports how long the
 /// open takes with the state intact and with the state deleted (rebuilt from the log).
-pub async fn recovery() -> BenchResult<()> {
-    let sizes: Vec<i64> = std::env::var("HOTGATE_BENCH_RECOVERY_KEYS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|k| k.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
+pub(crate) async fn recovery(sizes: Vec<i64>) -> BenchResult<()> {
     for keys in sizes {
         let dir = tempfile::tempdir()?;
         let name = hotgate_store::TableName::new("bench", "kv")?;

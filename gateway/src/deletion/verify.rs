@@ -1,0 +1,195 @@
+//! The last step, `purged → verified`: the proof that neither tier holds a matching row
+//! or any file a literal of the predicate. Only then is the suppression lifted and the
+//! predicate erased.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use hotgate_store::{HotTable, TableName};
+
+use super::registry::{DeletionReceipt, DeletionRecord, DeletionState};
+use super::steps::{
+    Step, StepContext, cold_tier_open, delete_cold, delete_hot, purge_cold, target_table,
+};
+use super::suppression::Suppression;
+use crate::error::{GatewayError, Result};
+use crate::tiers::Tiers;
+
+/// Per table, a scan of the hot tier (log segments, and a primary-key table's current
+/// state) and of the cold tier's current snapshot finds no matching row, and no file
+/// the store holds for the table (its directory, and the RocksDB files that can hold
+/// its state) or under its Iceberg location holds one of the predicate's string
+/// literals.
+pub(super) struct Verify;
+
+impl Step for Verify {
+    const TO: DeletionState = DeletionState::Verified;
+    const FAIL_POINT: &'static str = "deletion-verify";
+    const ACTION: &'static str = "deletion_verified";
+    const TIERS: Tiers = Tiers::HotAndCold;
+    const PENDING: Option<&'static str> = None;
+
+    async fn apply(
+        ctx: &StepContext,
+        record: &DeletionRecord,
+        receipt: &mut DeletionReceipt,
+    ) -> Result<()> {
+        let (mut hot_rows, mut cold_rows) = (0u64, 0u64);
+        let (mut files, mut bytes, mut literals) = (0usize, 0u64, 0usize);
+        for target in &record.targets {
+            let Some((name, hot)) = target_table(ctx, target)? else {
+                continue;
+            };
+            let def = hot.def();
+            let suppression = Suppression::of_target(target, &def)?;
+            let needles = suppression.literals();
+            literals += needles.len();
+
+            // Rows written while the request was pending (hidden since acceptance)
+            // match too: they are deleted now, and the scan repeated.
+            let (mut scanned, mut matched) = hot_matches(&hot, &suppression).await?;
+            if matched > 0 {
+                tracing::info!(table = %name, matched, "deleting rows written after acceptance");
+                delete_hot(ctx, target, receipt).await?;
+                (scanned, matched) = hot_matches(&hot, &suppression).await?;
+            }
+            hot_rows += scanned;
+            if matched > 0 {
+                return Err(GatewayError::Internal(format!(
+                    "{name}: the hot tier still holds {matched} matching rows"
+                )));
+            }
+            let found = {
+                let hot = Arc::clone(&hot);
+                let needles = needles.clone();
+                tokio::task::spawn_blocking(move || hot.search_literals(&needles))
+                    .await
+                    .map_err(|e| GatewayError::Internal(format!("hot file search failed: {e}")))??
+            };
+            files += found.files_searched;
+            bytes += found.bytes_searched;
+            if let Some(file) = found.first_match {
+                return Err(GatewayError::Internal(format!(
+                    "{name}: the hot file {file} still holds a literal of the predicate"
+                )));
+            }
+
+            if cold_tier_open(ctx, &def).await? {
+                let (mut scanned, mut matched) = cold_matches(ctx, &name, &suppression).await?;
+                if matched > 0 {
+                    delete_cold(ctx, target, receipt).await?;
+                    purge_cold(ctx, &def, receipt).await?;
+                    (scanned, matched) = cold_matches(ctx, &name, &suppression).await?;
+                }
+                cold_rows += scanned;
+                if matched > 0 {
+                    return Err(GatewayError::Internal(format!(
+                        "{name}: the cold tier's current snapshot still holds {matched} \
+                         matching rows"
+                    )));
+                }
+                let found = ctx.tierer.search_location(&def, &needles).await?;
+                files += found.files_searched;
+                bytes += found.bytes_searched;
+                if let Some(path) = found.files_with_match.first() {
+                    return Err(GatewayError::Internal(format!(
+                        "{name}: {path} still holds a literal of the predicate"
+                    )));
+                }
+            }
+        }
+        receipt.verify_hot_rows_scanned = hot_rows;
+        receipt.verify_cold_rows_scanned = cold_rows;
+        receipt.verify_literals = literals;
+        receipt.verify_files_searched = files;
+        receipt.verify_bytes_searched = bytes;
+        receipt.total_millis = record
+            .history
+            .first()
+            .and_then(|h| chrono::DateTime::parse_from_rfc3339(&h.at).ok())
+            .map(|at| {
+                (chrono::Utc::now() - at.with_timezone(&chrono::Utc))
+                    .num_milliseconds()
+                    .max(0) as u64
+            })
+            .unwrap_or_default();
+        Ok(())
+    }
+
+    fn timed(receipt: &mut DeletionReceipt, millis: u64) {
+        receipt.verify_millis = millis;
+    }
+
+    fn rows(_: &DeletionReceipt) -> Option<u64> {
+        None
+    }
+
+    fn summary(r: &DeletionReceipt) -> String {
+        format!(
+            "verified; {} hot and {} cold rows scanned, {} files ({} bytes) searched for {} \
+             literals, none found; suppression lifted",
+            r.verify_hot_rows_scanned,
+            r.verify_cold_rows_scanned,
+            r.verify_files_searched,
+            r.verify_bytes_searched,
+            r.verify_literals
+        )
+    }
+
+    fn advance(ctx: &StepContext, id: &str, receipt: DeletionReceipt) -> Result<DeletionRecord> {
+        let defs: Vec<_> = ctx.store.tables().iter().map(|t| t.def()).collect();
+        let record = ctx
+            .deletions
+            .verified(id, receipt, |p| ctx.hash_key.hmac_hex(p), &defs)?;
+        tracing::info!(id = %record.id, "deletion request verified");
+        Ok(record)
+    }
+}
+
+/// Rows of the hot tier scanned, and how many `suppression` matches: every log row
+/// (a primary-key table's changelog included) and a primary-key table's current state.
+async fn hot_matches(hot: &Arc<HotTable>, suppression: &Suppression) -> Result<(u64, u64)> {
+    let hot = Arc::clone(hot);
+    let suppression = suppression.clone();
+    tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
+        let count = |batch: &RecordBatch| -> Result<u64> {
+            Ok(suppression.matching(batch)?.true_count() as u64)
+        };
+        let (mut scanned, mut matched) = (0, 0);
+        for item in hot.scan(&hotgate_store::ScanRequest::default())? {
+            let batch = item?.batch;
+            scanned += batch.num_rows() as u64;
+            matched += count(&batch)?;
+        }
+        if hot.is_primary_key() {
+            for batch in hot.current_rows(8192)? {
+                scanned += batch.num_rows() as u64;
+                matched += count(&batch)?;
+            }
+        }
+        Ok((scanned, matched))
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("hot verification failed: {e}")))?
+}
+
+/// Rows of the cold tier's current snapshot scanned, and how many `suppression` matches.
+async fn cold_matches(
+    ctx: &StepContext,
+    name: &TableName,
+    suppression: &Suppression,
+) -> Result<(u64, u64)> {
+    let Some(cold) = ctx.tierer.cold_snapshot(name)? else {
+        return Ok((0, 0));
+    };
+    let mut stream = cold
+        .scan(hotgate_tiering::ColdScanRequest::default())
+        .await?;
+    let (mut scanned, mut matched) = (0, 0);
+    while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+        let batch = batch?;
+        scanned += batch.num_rows() as u64;
+        matched += suppression.matching(&batch)?.true_count() as u64;
+    }
+    Ok((scanned, matched))
+}

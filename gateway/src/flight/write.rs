@@ -1,0 +1,320 @@
+//! The write path: DoPut into log tables (appends, group-committed, acknowledged in
+//! order once durable) and primary-key tables (upserts and deletes). The write rules
+//! drop and hash restricted columns here, before a batch reaches the store.
+
+use std::sync::Arc;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_descriptor::DescriptorType;
+use arrow_flight::{FlightData, PutResult};
+use futures::stream::{BoxStream, FuturesOrdered};
+use futures::{StreamExt, TryStreamExt};
+use hotgate_policy::{Principal, Privilege};
+use hotgate_store::{ChangeOp, HotTable, TableName};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Status, Streaming};
+
+use super::call::{new_audit, table_for};
+use super::descriptor::{descriptor_bytes, table_of_path};
+use crate::audit::{CallAudit, Completion};
+use crate::error::{GatewayError, Result, catch_panic};
+use crate::governance::Governance;
+use crate::state::GatewayState;
+
+/// Most DoPut batches of one stream waiting for their sync at once.
+const MAX_PUTS_IN_FLIGHT: usize = 64;
+
+/// DoPut: reads the descriptor, authorizes and records the write, then stores its
+/// batches, acknowledging each once durable.
+pub(super) async fn do_put(
+    state: &Arc<GatewayState>,
+    principal: Principal,
+    request: Request<Streaming<FlightData>>,
+) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
+    let mut audit = new_audit(state, &principal, request.remote_addr(), "write");
+    let input = request.into_inner();
+    let (table, op, first, input) =
+        match catch_panic(open_write(state, &principal, input, &mut audit)).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                audit.deny(&e).await;
+                return Err(e);
+            }
+        };
+    // The write is on record before its first row is stored.
+    let completion = audit.allow().await?;
+    if table.is_primary_key() {
+        run_changes(
+            state,
+            table,
+            op.unwrap_or(ChangeOp::Upsert),
+            first,
+            input,
+            completion,
+        )
+    } else {
+        run_write(state, table, first, input, completion)
+    }
+}
+
+/// Reads the descriptor of a DoPut and authorizes the write.
+async fn open_write(
+    state: &Arc<GatewayState>,
+    principal: &Principal,
+    mut input: Streaming<FlightData>,
+    audit: &mut CallAudit,
+) -> Result<(
+    Arc<HotTable>,
+    Option<ChangeOp>,
+    FlightData,
+    Streaming<FlightData>,
+)> {
+    let first = input
+        .message()
+        .await
+        .map_err(|s| GatewayError::InvalidArgument(format!("DoPut stream: {}", s.message())))?
+        .ok_or_else(|| GatewayError::InvalidArgument("DoPut stream is empty".into()))?;
+    let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
+        GatewayError::InvalidArgument(
+            "descriptor: the first DoPut message must carry a descriptor: a path \
+             [namespace, table] or a command {\"table\":\"ns.t\",\"op\":\"upsert\"}"
+                .into(),
+        )
+    })?;
+    audit.set_request(&descriptor_bytes(&descriptor));
+    let (name, op) = match descriptor.r#type() {
+        DescriptorType::Path => (table_of_path(&descriptor.path)?, None),
+        DescriptorType::Cmd => {
+            let cmd: PutCommand = serde_json::from_slice(&descriptor.cmd).map_err(|e| {
+                GatewayError::InvalidArgument(format!(
+                    "descriptor: the DoPut command is not valid: {e}; expected \
+                     {{\"table\":\"ns.t\",\"op\":\"upsert\"|\"delete\"}}"
+                ))
+            })?;
+            let name = TableName::parse(&cmd.table)
+                .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))?;
+            (name, cmd.op)
+        }
+        DescriptorType::Unknown => {
+            return Err(GatewayError::InvalidArgument(
+                "descriptor: DoPut takes a path [namespace, table] or a JSON command".into(),
+            ));
+        }
+    };
+    audit.set_table(&name);
+    if name.is_system() {
+        return Err(GatewayError::PermissionDenied(format!(
+            "{name} is written only by hotgate itself; no grant allows DoPut to _system"
+        )));
+    }
+    let table = table_for(state, principal, Privilege::TableWriteData, &name)?;
+    if op.is_some() && !table.is_primary_key() {
+        return Err(GatewayError::InvalidArgument(format!(
+            "descriptor: op applies to primary-key tables; {name} is a log table, which \
+             takes appends (leave op out)"
+        )));
+    }
+    Ok((table, op, first, input))
+}
+
+/// Applies a DoPut's batches to a primary-key table one at a time, in order, each
+/// acknowledged once its changelog is durable and applied. A batch's result names
+/// the deletes that found no row.
+fn run_changes(
+    state: &Arc<GatewayState>,
+    table: Arc<HotTable>,
+    op: ChangeOp,
+    first: FlightData,
+    input: Streaming<FlightData>,
+    completion: Completion,
+) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
+    let rules = Governance::write_rules(&table.def());
+    let governance = Arc::clone(&state.governance);
+    let mut batches = put_batches(first, input);
+    let (acks, responses) = PutAcks::new(state, completion);
+    // As for appends, a change in progress completes even if the caller goes away.
+    tokio::spawn(async move {
+        // A panic fails the stream with an error rather than leaving it unanswered.
+        let failure = catch_panic(async {
+            let mut failure: Option<GatewayError> = None;
+            while let Some(item) = batches.next().await {
+                let batch = match item {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failure = Some(undecodable(e));
+                        break;
+                    }
+                };
+                acks.completion
+                    .add_bytes(batch.get_array_memory_size() as u64);
+                let written = match rules.apply(&batch, governance.hash_key()) {
+                    Ok(b) => table
+                        .write_changes(&b, op)
+                        .await
+                        .map_err(GatewayError::from),
+                    Err(e) => Err(e.into()),
+                };
+                match written {
+                    Ok(r) => acks.ack(r.rows, &r).await,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            Ok(failure)
+        })
+        .await
+        .unwrap_or_else(Some);
+        acks.finish(failure).await;
+    });
+    Ok(responses)
+}
+
+/// Streams a DoPut's batches into the table, acknowledging each once durable.
+fn run_write(
+    state: &Arc<GatewayState>,
+    table: Arc<HotTable>,
+    first: FlightData,
+    input: Streaming<FlightData>,
+    completion: Completion,
+) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
+    // Drop and hash happen here, before the batch reaches the store.
+    let rules = Governance::write_rules(&table.def());
+    let governance = Arc::clone(&state.governance);
+    let mut batches = put_batches(first, input);
+    let (acks, responses) = PutAcks::new(state, completion);
+    // Appends run to completion even if the caller goes away, so an in-flight append
+    // is never half-applied; shutdown waits for this task through the response stream.
+    tokio::spawn(async move {
+        let failure = catch_panic(async {
+            // Batches are queued in order as they arrive and acknowledged in order once
+            // durable; up to MAX_PUTS_IN_FLIGHT wait for their sync at once, so a stream
+            // of small batches shares group commits instead of paying one sync each.
+            let mut in_flight = FuturesOrdered::new();
+            let mut failure: Option<GatewayError> = None;
+            let mut input_done = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                        let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
+                        match done {
+                            // If the caller left, queued appends still complete.
+                            Ok(r) => acks.ack(r.rows, &r).await,
+                            Err(e) => {
+                                failure.get_or_insert(e.into());
+                                input_done = true;
+                            }
+                        }
+                    }
+                    item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
+                        match item {
+                            None => input_done = true,
+                            Some(Ok(batch)) => {
+                                acks.completion.add_bytes(batch.get_array_memory_size() as u64);
+                                let stored = rules.apply(&batch, governance.hash_key());
+                                let queued = match stored {
+                                    Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
+                                    Err(e) => Err(e.into()),
+                                };
+                                match queued {
+                                    Ok(pending) => in_flight.push_back(pending.durable()),
+                                    Err(e) => {
+                                        failure = Some(e);
+                                        input_done = true;
+                                    }
+                                }
+                            }
+                            Some(Err(e)) => {
+                                failure = Some(undecodable(e));
+                                input_done = true;
+                            }
+                        }
+                    }
+                    else => break,
+                }
+                if input_done && in_flight.is_empty() {
+                    break;
+                }
+            }
+            Ok(failure)
+        })
+        .await
+        .unwrap_or_else(Some);
+        acks.finish(failure).await;
+    });
+    Ok(responses)
+}
+
+/// The Arrow batches of a DoPut stream, its first message (which carried the
+/// descriptor) included.
+fn put_batches(first: FlightData, input: Streaming<FlightData>) -> FlightRecordBatchStream {
+    let data = futures::stream::once(async { Ok(first) })
+        .chain(input)
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    FlightRecordBatchStream::new_from_flight_data(data)
+}
+
+fn undecodable(e: FlightError) -> GatewayError {
+    GatewayError::InvalidArgument(format!(
+        "DoPut stream could not be decoded as Arrow IPC: {e}"
+    ))
+}
+
+/// The response side of a DoPut: one PutResult per batch once it is stored, counted in
+/// the metrics and the call's audit completion, then the failure that ended the stream.
+struct PutAcks {
+    tx: mpsc::Sender<Result<PutResult, Status>>,
+    metrics: Arc<crate::metrics::GatewayMetrics>,
+    completion: Completion,
+}
+
+impl PutAcks {
+    fn new(
+        state: &GatewayState,
+        completion: Completion,
+    ) -> (Self, BoxStream<'static, Result<PutResult, Status>>) {
+        let (tx, rx) = mpsc::channel(16);
+        let acks = Self {
+            tx,
+            metrics: Arc::clone(&state.metrics),
+            completion,
+        };
+        (acks, ReceiverStream::new(rx).boxed())
+    }
+
+    /// Acknowledges a stored batch of `rows` rows with `result` as its `app_metadata`.
+    async fn ack(&self, rows: u64, result: &impl serde::Serialize) {
+        self.metrics.put_rows.inc_by(rows);
+        self.completion.add_rows(rows);
+        let message = serde_json::to_vec(result)
+            .map(|m| PutResult {
+                app_metadata: m.into(),
+            })
+            .map_err(|e| GatewayError::Internal(e.to_string()).into_status());
+        // A caller that went away no longer reads acknowledgements.
+        let _ = self.tx.send(message).await;
+    }
+
+    /// Ends the call's record, and sends the failure that stopped the stream, if any.
+    async fn finish(self, failure: Option<GatewayError>) {
+        self.completion.finished();
+        if let Some(e) = failure {
+            self.metrics.errors.with_label_values(&[e.code()]).inc();
+            self.completion.failed(&e);
+            let _ = self.tx.send(Err(e.into())).await;
+        }
+    }
+}
+
+/// The command of a DoPut descriptor: `{"table":"ns.t","op":"upsert"|"delete"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutCommand {
+    table: String,
+    #[serde(default)]
+    op: Option<ChangeOp>,
+}
