@@ -154,7 +154,7 @@ impl GatewayError {
             }
             source = s.source();
         }
-        tracing::error!(error_id = %id, "internal error: {cause}");
+        tracing::error!(error_id = %id, "{cause}");
         format!("internal error {id}: the server failed; its log has the cause under this id")
     }
 

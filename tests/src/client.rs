@@ -143,3 +143,135 @@ pub fn assert_refused<T: std::fmt::Debug>(
     );
     status.message().to_owned()
 }
+
+/// A principal's token together with clients of the server that issued it: the calls
+/// a test makes as that principal. It reads as the token itself (`&caller` is a
+/// `&str`), so it also serves wherever a bare token is wanted.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    token: String,
+    flight: FlightServiceClient<Channel>,
+    http: std::net::SocketAddr,
+}
+
+impl Caller {
+    /// `token`'s calls to `server` (the Flight channel connects on first use).
+    pub fn new(server: &Server, token: String) -> Self {
+        let channel = Channel::from_shared(format!("http://{}", server.flight))
+            .unwrap()
+            .connect_lazy();
+        Self {
+            token,
+            flight: FlightServiceClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+            http: server.http,
+        }
+    }
+
+    /// The same token's calls to `server` (a restarted server on other ports).
+    pub fn at(&self, server: &Server) -> Self {
+        Self::new(server, self.token.clone())
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// DoGet of a JSON ticket (see [`get`]).
+    pub async fn get(&self, ticket: serde_json::Value) -> Result<Vec<RecordBatch>, tonic::Status> {
+        get(&mut self.flight.clone(), &self.token, ticket).await
+    }
+
+    /// DoGet of a JSON ticket, which must succeed.
+    pub async fn rows(&self, ticket: serde_json::Value) -> Vec<RecordBatch> {
+        let what = ticket.to_string();
+        self.get(ticket)
+            .await
+            .unwrap_or_else(|s| panic!("DoGet {what}: {s}"))
+    }
+
+    /// DoPut of `batches` to the table `namespace.name` (see [`put`]).
+    pub async fn put(
+        &self,
+        table: &str,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<serde_json::Value>, tonic::Status> {
+        let path: Vec<&str> = table.split('.').collect();
+        put(&mut self.flight.clone(), &self.token, &path, batches).await
+    }
+
+    /// DoPut of `batches` to `table`, which must succeed; returns each PutResult.
+    pub async fn put_ok(&self, table: &str, batches: Vec<RecordBatch>) -> Vec<serde_json::Value> {
+        self.put(table, batches)
+            .await
+            .unwrap_or_else(|s| panic!("DoPut to {table}: {s}"))
+    }
+
+    /// A Flight client of the server (for calls the helpers do not cover).
+    pub fn client(&self) -> FlightServiceClient<Channel> {
+        self.flight.clone()
+    }
+
+    /// An HTTP call; returns the status and the JSON body (`null` when not JSON).
+    pub async fn http(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        let mut request = reqwest::Client::new()
+            .request(method, format!("http://{}{path}", self.http))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            request = request.json(&b);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let body = response.json().await.unwrap_or(serde_json::Value::Null);
+        (status, body)
+    }
+
+    /// `GET path`, which must answer 200; returns the body.
+    pub async fn http_get(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.http(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    /// `POST path` with `body`; returns the status and the body.
+    pub async fn http_post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        self.http(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Creates a table (`POST /v1/tables`), which must answer 201.
+    pub async fn create_table(&self, spec: serde_json::Value) {
+        let (status, body) = self.http_post("/v1/tables", spec).await;
+        assert_eq!(status, 201, "create table: {body}");
+    }
+}
+
+impl std::ops::Deref for Caller {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.token
+    }
+}
+
+impl std::fmt::Display for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.token)
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Caller {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.token.as_ref()
+    }
+}

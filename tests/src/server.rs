@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use arrow_flight::flight_service_client::FlightServiceClient;
 use tonic::transport::Channel;
 
+use crate::client::Caller;
 use crate::grants::{content_grants, write_grants};
 
 /// The `hotgate` binary Cargo built for the gateway's integration tests: the path Cargo
@@ -211,6 +212,11 @@ impl Server {
     /// A token of the embedded issuer for `sub` with principal roles `roles`, valid 15 min.
     pub fn token(&self, sub: &str, roles: &[&str]) -> String {
         mint(&self.data_dir, sub, roles, "15m")
+    }
+
+    /// [`Server::token`] with its calls to this server (see [`Caller`]).
+    pub fn caller(&self, sub: &str, roles: &[&str]) -> Caller {
+        Caller::new(self, self.token(sub, roles))
     }
 
     /// A Flight client of this server.

@@ -20,7 +20,7 @@ fn audit_table() -> TableName {
 
 /// Records matching `query` (newest first), read as root through `GET /v1/audit`.
 async fn audit_records(server: &Server, query: &str) -> Vec<Value> {
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     let (status, body) = http_json(
         server,
         Method::GET,
@@ -75,46 +75,32 @@ fn pair<'a>(records: &'a [Value], action: &str) -> (&'a Value, &'a Value) {
 async fn every_flight_call_leaves_its_records() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let root = server.token("root", &["admin"]);
-    let alice = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
-    let (status, body) = http_json(
-        &server,
-        Method::POST,
-        "/v1/policies",
-        &root,
-        Some(
-            json!({"id": "redact_customer", "scope": {"table": "app.events"},
+    let root = server.caller("root", &["admin"]);
+    let alice = server.caller("alice", &["analyst"]);
+    alice.create_table(events_table()).await;
+    let (status, body) = root
+        .http(
+            Method::POST,
+            "/v1/policies",
+            Some(
+                json!({"id": "redact_customer", "scope": {"table": "app.events"},
             "to": ["content"], "kind": "column_mask", "column": "customer", "mask": "redact"}),
-        ),
-    )
-    .await;
+            ),
+        )
+        .await;
     assert_eq!(status, 201, "{body}");
     let mut client = server.client().await;
-    put(&mut client, &alice, &["app", "events"], vec![events(0..50)])
-        .await
-        .unwrap();
+    alice.put_ok("app.events", vec![events(0..50)]).await;
 
-    let scan = get(
-        &mut client,
-        &alice,
-        json!({"table": "app.events", "columns": ["id", "customer"],
-               "filter": format!("customer <> '{LITERAL}' AND id < 20")}),
-    )
-    .await
-    .unwrap();
+    let scan = alice
+        .rows(json!({"table": "app.events", "columns": ["id", "customer"],
+               "filter": format!("customer <> '{LITERAL}' AND id < 20")}))
+        .await;
     let scanned: usize = scan.iter().map(|b| b.num_rows()).sum();
     assert_eq!(scanned, 20);
-    let changes = get(
-        &mut client,
-        &alice,
-        json!({"table": "app.events", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap();
+    let changes = alice
+        .rows(json!({"table": "app.events", "changelog": {"from": "earliest"}}))
+        .await;
     let changed: usize = changes.iter().map(|b| b.num_rows()).sum();
     assert_eq!(changed, 50);
     let descriptor = FlightDescriptor::new_path(vec!["app".into(), "events".into()]);
@@ -128,8 +114,9 @@ async fn every_flight_call_leaves_its_records() {
         .unwrap();
 
     // Denied: no grant at all, and no valid token.
-    let mallory = server.token("mallory", &["ALL"]);
-    let denied = get(&mut client, &mallory, json!({"table": "app.events"}))
+    let mallory = server.caller("mallory", &["ALL"]);
+    let denied = mallory
+        .get(json!({"table": "app.events"}))
         .await
         .unwrap_err();
     assert_eq!(denied.code(), tonic::Code::PermissionDenied);
@@ -202,7 +189,7 @@ async fn every_flight_call_leaves_its_records() {
     assert!(!contains_bytes(&audit_dir, LITERAL.as_bytes()));
 
     // The reads of the audit itself are audited, and the chain verifies live.
-    let (status, report) = http_json(&server, Method::GET, "/v1/audit/verify", &root, None).await;
+    let (status, report) = root.http(Method::GET, "/v1/audit/verify", None).await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["intact"], true, "{report}");
     assert!(report["records"].as_u64().unwrap() >= all.len() as u64);
@@ -252,51 +239,39 @@ async fn every_flight_call_leaves_its_records() {
 async fn the_audit_table_is_read_only_and_readable_only_with_a_grant() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let alice = server.token("alice", &["ALL"]);
-    let ann = server.token("ann", &["ALL"]);
-    let mut client = server.client().await;
+    let alice = server.caller("alice", &["ALL"]);
+    let ann = server.caller("ann", &["ALL"]);
     // Catalog-wide content grants do not reach _system.
-    let e = get(&mut client, &alice, json!({"table": "_system.audit"}))
+    let e = alice
+        .get(json!({"table": "_system.audit"}))
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
-    let (status, _) = http_json(&server, Method::GET, "/v1/audit", &alice, None).await;
+    let (status, _) = alice.http(Method::GET, "/v1/audit", None).await;
     assert_eq!(status, 403);
     // The auditor reads it over Flight and HTTP, and finds alice's denied attempt.
-    let rows = get(
-        &mut client,
-        &ann,
-        json!({"table": "_system.audit", "filter": "principal = 'alice'"}),
-    )
-    .await
-    .unwrap();
+    let rows = ann
+        .rows(json!({"table": "_system.audit", "filter": "principal = 'alice'"}))
+        .await;
     assert!(rows.iter().map(|b| b.num_rows()).sum::<usize>() >= 1);
-    let (status, body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/audit?principal=alice&decision=deny",
-        &ann,
-        None,
-    )
-    .await;
+    let (status, body) = ann
+        .http(Method::GET, "/v1/audit?principal=alice&decision=deny", None)
+        .await;
     assert_eq!(status, 200, "{body}");
     assert!(!body["records"].as_array().unwrap().is_empty());
     // Nobody writes it, not even with every role.
-    let root = server.token("root", &["ALL"]);
-    let e = put(
-        &mut client,
-        &root,
-        &["_system", "audit"],
-        vec![events(0..1)],
-    )
-    .await
-    .unwrap_err();
+    let root = server.caller("root", &["ALL"]);
+    let e = root
+        .put("_system.audit", vec![events(0..1)])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::PermissionDenied);
     // Bad filters are refused with 400.
-    let (status, body) =
-        http_json(&server, Method::GET, "/v1/audit?decision=maybe", &ann, None).await;
+    let (status, body) = ann
+        .http(Method::GET, "/v1/audit?decision=maybe", None)
+        .await;
     assert_eq!(status, 400, "{body}");
-    let (status, _) = http_json(&server, Method::GET, "/v1/audit?limitt=3", &ann, None).await;
+    let (status, _) = ann.http(Method::GET, "/v1/audit?limitt=3", None).await;
     assert_eq!(status, 400);
 }
 
@@ -304,15 +279,9 @@ async fn the_audit_table_is_read_only_and_readable_only_with_a_grant() {
 async fn reads_fail_closed_when_the_audit_cannot_be_written() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let alice = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &alice, &["app", "events"], vec![events(0..10)])
-        .await
-        .unwrap();
+    let alice = server.caller("alice", &["analyst"]);
+    alice.create_table(events_table()).await;
+    alice.put_ok("app.events", vec![events(0..10)]).await;
     server.terminate();
 
     // The same data dir, with every audit append failing.
@@ -322,19 +291,15 @@ async fn reads_fail_closed_when_the_audit_cannot_be_written() {
         free_addr(),
         &[("FAILPOINTS", "audit-append=return")],
     );
+    let alice = alice.at(&server);
     let mut client = server.client().await;
-    let e = get(&mut client, &alice, json!({"table": "app.events"}))
-        .await
-        .unwrap_err();
+    let e = alice.get(json!({"table": "app.events"})).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
     assert!(e.message().contains("audit"), "{}", e.message());
-    let e = get(
-        &mut client,
-        &alice,
-        json!({"table": "app.events", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap_err();
+    let e = alice
+        .get(json!({"table": "app.events", "changelog": {"from": "earliest"}}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
     let descriptor = FlightDescriptor::new_path(vec!["app".into(), "events".into()]);
     let e = client
@@ -343,24 +308,17 @@ async fn reads_fail_closed_when_the_audit_cannot_be_written() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
     // A write that cannot be audited stores nothing.
-    let e = put(
-        &mut client,
-        &alice,
-        &["app", "events"],
-        vec![events(10..20)],
-    )
-    .await
-    .unwrap_err();
+    let e = alice
+        .put("app.events", vec![events(10..20)])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
-    let (status, body) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &alice, None).await;
+    let (status, body) = alice.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(status, 503, "{body}");
     server.terminate();
     let server = Server::start(dir.path());
-    let mut client = server.client().await;
-    let rows = get(&mut client, &alice, json!({"table": "app.events"}))
-        .await
-        .unwrap();
+    let alice = alice.at(&server);
+    let rows = alice.rows(json!({"table": "app.events"})).await;
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
 }
 
@@ -478,19 +436,11 @@ async fn verify_pinpoints_damage_on_disk() {
         free_addr(),
         &[("HOTGATE_AUDIT_CHECKPOINT_EVERY", "4")],
     );
-    let alice = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &alice, &["app", "events"], vec![events(0..10)])
-        .await
-        .unwrap();
+    let alice = server.caller("alice", &["analyst"]);
+    alice.create_table(events_table()).await;
+    alice.put_ok("app.events", vec![events(0..10)]).await;
     for _ in 0..8 {
-        get(&mut client, &alice, json!({"table": "app.events"}))
-            .await
-            .unwrap();
+        alice.rows(json!({"table": "app.events"})).await;
     }
     wait_for(&server, "action=end", 9).await;
     assert_eq!(server.terminate().code(), Some(0));

@@ -17,11 +17,8 @@ fn now() -> u64 {
 async fn bad_tokens_are_unauthenticated() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let good = server.token("alice", &["writer"]);
-    assert_eq!(
-        create_table(&server, &good, events_table()).await.status(),
-        201
-    );
+    let good = server.caller("alice", &["writer"]);
+    good.create_table(events_table()).await;
 
     // Forge tokens with the server's own key, so only the named defect is wrong.
     let key_hex = std::fs::read_to_string(dir.path().join("issuer.hs256.key")).unwrap();
@@ -100,13 +97,9 @@ async fn bad_tokens_are_unauthenticated() {
     }
     // And the good token works.
     assert!(
-        get(
-            &mut client,
-            &good,
-            serde_json::json!({"table": "app.events"})
-        )
-        .await
-        .is_ok()
+        good.get(serde_json::json!({"table": "app.events"}))
+            .await
+            .is_ok()
     );
 }
 
@@ -156,7 +149,7 @@ async fn external_issuer_keys_come_from_a_jwks_url() {
         .unwrap();
     assert_eq!(listed.status(), 200);
     // The embedded issuer's tokens are not accepted once an external issuer is configured.
-    let embedded = server.token("alice", &["writer"]);
+    let embedded = server.caller("alice", &["writer"]);
     let refused = reqwest::Client::new()
         .get(server.http_url("/v1/tables"))
         .bearer_auth(&embedded)

@@ -136,15 +136,7 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
         &[("FAILPOINTS", "deletion-purge=return"), FAST_TICK[0]],
     )
     .await;
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(200..260)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(200..260)]).await;
     let everything: Vec<i64> = (0..260).collect();
     assert_eq!(all_ids(&server, &token).await, everything);
 
@@ -159,14 +151,9 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
         serde_json::json!({"tables": "all", "subject_value": "c3", "subject": "s"}),
     ];
     for body in bad {
-        let (status, answer) = http_json(
-            &server,
-            Method::POST,
-            "/v1/deletions",
-            &token,
-            Some(body.clone()),
-        )
-        .await;
+        let (status, answer) = token
+            .http(Method::POST, "/v1/deletions", Some(body.clone()))
+            .await;
         assert_eq!(status, 400, "{body} → {answer}");
     }
     assert_eq!(all_ids(&server, &token).await, everything);
@@ -206,14 +193,9 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     .await;
     assert!(tail.iter().all(|i| i % 5 != 3), "{tail:?}");
     assert!((200..260).filter(|i| i % 5 != 3).all(|i| tail.contains(&i)));
-    let (status, shown) = http_json(
-        &server,
-        Method::GET,
-        &format!("/v1/deletions/{id}"),
-        &token,
-        None,
-    )
-    .await;
+    let (status, shown) = token
+        .http(Method::GET, &format!("/v1/deletions/{id}"), None)
+        .await;
     assert_eq!(status, 200);
     assert_eq!(shown["id"], record["id"]);
     assert_eq!(shown["targets"], record["targets"]);
@@ -227,7 +209,7 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     );
     assert!(shown["receipt"]["hot_segments_rewritten"].as_u64().unwrap() >= 1);
     assert_eq!(all_ids(&server, &token).await, kept);
-    let (status, _) = http_json(&server, Method::GET, "/v1/deletions/nope", &token, None).await;
+    let (status, _) = token.http(Method::GET, "/v1/deletions/nope", None).await;
     assert_eq!(status, 404);
 
     // The cold step rewrites the files that held c3 rows: the current snapshot has none
@@ -238,14 +220,7 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     assert!(rewritten > 0 && rewritten <= shown["receipt"]["cold_bytes_total"].as_u64().unwrap());
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
 
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(260..300)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(260..300)]).await;
     tier(&server, &token).await;
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
 
@@ -263,28 +238,19 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
     assert_eq!(all_ids(&server, &token).await, kept);
     assert_eq!(cold_c3_ids(dir.path()).await, Vec::<i64>::new());
     // Verified, the suppression is lifted: new c3 rows are new data.
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(300..310)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(300..310)]).await;
     let ids = all_ids(&server, &token).await;
     assert!(ids.contains(&303) && ids.contains(&308), "{ids:?}");
 
     // The acceptance is on the audit record, without the subject in clear.
-    let root = server.token("root", &["admin"]);
-    let (status, audit) = http_json(
-        &server,
-        Method::GET,
-        "/v1/audit?limit=100&action=deletion_accepted",
-        &root,
-        None,
-    )
-    .await;
+    let root = server.caller("root", &["admin"]);
+    let (status, audit) = root
+        .http(
+            Method::GET,
+            "/v1/audit?limit=100&action=deletion_accepted",
+            None,
+        )
+        .await;
     assert_eq!(status, 200, "{audit}");
     let records = audit["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{audit}");
@@ -307,22 +273,11 @@ async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
             FAST_TICK[0],
         ],
     );
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, crate::tiering::short_lived_events())
-            .await
-            .status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..100)],
-    )
-    .await
-    .unwrap();
+    let token = server.caller("alice", &["analyst"]);
+    token
+        .create_table(crate::tiering::short_lived_events())
+        .await;
+    token.put_ok("app.events", vec![events(0..100)]).await;
 
     // The forced cycle writes its files, then waits 3 s before committing.
     let cycle = crate::tiering::spawn_forced_tier(&server, &token);
@@ -369,15 +324,7 @@ async fn a_deletion_killed_in_each_state_resumes_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let (flight, http) = (free_addr(), free_addr());
     let (server, token, _) = events_in_the_cold_tier(dir.path(), flight, http, 0..200).await;
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(200..260)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(200..260)]).await;
     server.terminate();
 
     let steps = [
@@ -406,14 +353,9 @@ async fn a_deletion_killed_in_each_state_resumes_and_verifies() {
         let shown = wait_for_state(&server, &token, &id, state).await;
         // Held there: the next step keeps failing at its fail point.
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-        let (_, shown_again) = http_json(
-            &server,
-            Method::GET,
-            &format!("/v1/deletions/{id}"),
-            &token,
-            None,
-        )
-        .await;
+        let (_, shown_again) = token
+            .http(Method::GET, &format!("/v1/deletions/{id}"), None)
+            .await;
         assert_eq!(shown_again["state"], state, "{shown} then {shown_again}");
         server.kill9();
 
@@ -459,7 +401,7 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
 
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
-    let token = server.token("alice", &["analyst"]);
+    let token = server.caller("alice", &["analyst"]);
     let schema = Arc::new(Schema::new(vec![
         Field::new("user_id", DataType::Utf8, false),
         Field::new("note", DataType::Utf8, true),
@@ -480,7 +422,7 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
             "columns": [{"name": "user_id", "type": "string", "nullable": false},
                         {"name": "note", "type": "string"}],
             "primary_key": ["user_id"], "bucket_key": "user_id", "buckets": 2});
-        assert_eq!(create_table(&server, &token, spec).await.status(), 201);
+        token.create_table(spec).await;
         let users = vec!["subject-alpha".to_owned(), format!("other-of-{table}")];
         let notes = users.iter().map(|u| format!("{table} of {u}")).collect();
         put(
@@ -555,23 +497,16 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
     let rows = |batches: Vec<arrow_array::RecordBatch>| -> usize {
         batches.iter().map(|b| b.num_rows()).sum()
     };
-    let mut client = server.client().await;
-    let contacts = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.contacts", "lookup": [{"user_id": "subject-alpha"}]}),
-    )
-    .await
-    .unwrap();
+    let contacts = token
+        .rows(
+            serde_json::json!({"table": "app.contacts", "lookup": [{"user_id": "subject-alpha"}]}),
+        )
+        .await;
     assert_eq!(rows(contacts), 1);
-    let people = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.people",
-            "lookup": [{"user_id": "subject-alpha"}, {"user_id": "other-of-people"}]}),
-    )
-    .await
-    .unwrap();
+    let people = token
+        .rows(serde_json::json!({"table": "app.people",
+            "lookup": [{"user_id": "subject-alpha"}, {"user_id": "other-of-people"}]}))
+        .await;
     assert_eq!(rows(people), 1);
     server.terminate();
 }

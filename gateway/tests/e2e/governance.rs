@@ -134,7 +134,7 @@ async fn authorization_matrix_through_flight() {
     let dir = tempfile::tempdir().unwrap();
     write_grants(dir.path(), &matrix_grants());
     let server = Server::start(dir.path());
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     for (ns, t) in [
         ("sales", "orders"),
         ("sales", "other"),
@@ -193,10 +193,11 @@ async fn authorization_matrix_through_flight() {
     ];
     let mut failures = Vec::new();
     for (sub, roles, table, op, allowed) in &cells {
-        let token = server.token(sub, roles);
+        let token = server.caller(sub, roles);
         let (ns, name) = table.rsplit_once('.').unwrap();
         let outcome: Result<(), tonic::Status> = match op {
-            Read => get(&mut client, &token, serde_json::json!({"table": table}))
+            Read => token
+                .get(serde_json::json!({"table": table}))
                 .await
                 .map(|_| ()),
             Write => {
@@ -314,7 +315,7 @@ async fn policies_shape_what_each_role_sees() {
     let dir = tempfile::tempdir().unwrap();
     write_grants(dir.path(), &policy_grants());
     let server = Server::start(dir.path());
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     assert_eq!(
         create_table(&server, &root, orders_table("sales", "orders"))
             .await
@@ -322,16 +323,11 @@ async fn policies_shape_what_each_role_sees() {
         StatusCode::CREATED
     );
     let mut client = server.client().await;
-    put(
-        &mut client,
-        &root,
-        &["sales", "orders"],
-        vec![orders(&[1, 2, 3, 4])],
-    )
-    .await
-    .unwrap();
+    root.put_ok("sales.orders", vec![orders(&[1, 2, 3, 4])])
+        .await;
     let policy = |body: serde_json::Value| {
         let server = &server;
+        let root = root.at(&server);
         let root = root.clone();
         async move { http_json(server, Method::POST, "/v1/policies", &root, Some(body)).await }
     };
@@ -346,17 +342,17 @@ async fn policies_shape_what_each_role_sees() {
     let (s, b) = policy(serde_json::json!({"id":"no_card_for_analysts","scope":{"namespace":"sales"},"to":["eu_analyst"],"kind":"column_deny","tag":"pii"})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
 
-    let ann = server.token("ann", &["ALL"]);
-    let aud = server.token("aud", &["ALL"]);
+    let ann = server.caller("ann", &["ALL"]);
+    let aud = server.caller("aud", &["ALL"]);
     let ticket = serde_json::json!({"table": "sales.orders"});
 
     // The analyst: EU rows only, and the pii-tagged columns denied outright (the deny
     // wins over the masks, so the columns are absent, not masked).
-    let a = get(&mut client, &ann, ticket.clone()).await.unwrap();
+    let a = ann.rows(ticket.clone()).await;
     assert_eq!(ints(&a, "id"), [2, 4]);
     assert_eq!(column_names(&a), ["id", "region", "ts"]);
     // The auditor: every row, email hashed, card reduced to its last four.
-    let b = get(&mut client, &aud, ticket.clone()).await.unwrap();
+    let b = aud.rows(ticket.clone()).await;
     assert_eq!(ints(&b, "id"), [1, 2, 3, 4]);
     assert_eq!(column_names(&b), ["id", "region", "email", "card", "ts"]);
     let emails = strings(&b, "email");
@@ -369,7 +365,7 @@ async fn policies_shape_what_each_role_sees() {
     cards.sort();
     assert_eq!(cards, ["****0001", "****0002", "****0003", "****0004"]);
     // The admin is exempt from the mask and not targeted by the rest.
-    let c = get(&mut client, &root, ticket.clone()).await.unwrap();
+    let c = root.rows(ticket.clone()).await;
     assert!(
         strings(&c, "email")
             .iter()
@@ -398,60 +394,38 @@ async fn policies_shape_what_each_role_sees() {
         .unwrap();
     let listed = infos[0].clone().try_decode_schema().unwrap();
     assert_eq!(listed.fields().len(), 3);
-    let e = get(
-        &mut client,
-        &ann,
-        serde_json::json!({"table":"sales.orders","columns":["id","card"]}),
-    )
-    .await
-    .unwrap_err();
+    let e = ann
+        .get(serde_json::json!({"table":"sales.orders","columns":["id","card"]}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(e.message().contains("\"card\""), "{}", e.message());
     // A filter naming a denied column is refused, naming it (no oracle).
-    let e = get(
-        &mut client,
-        &ann,
-        serde_json::json!({"table":"sales.orders","filter":"card LIKE '4111%'"}),
-    )
-    .await
-    .unwrap_err();
+    let e = ann
+        .get(serde_json::json!({"table":"sales.orders","filter":"card LIKE '4111%'"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(e.message().contains("\"card\""), "{}", e.message());
     // A filter on a masked column sees masked values: the clear value matches nothing.
-    let hits = get(
-        &mut client,
-        &aud,
-        serde_json::json!({"table":"sales.orders","filter":"email = 'user1@example.com'"}),
-    )
-    .await
-    .unwrap();
+    let hits = aud
+        .rows(serde_json::json!({"table":"sales.orders","filter":"email = 'user1@example.com'"}))
+        .await;
     assert_eq!(ints(&hits, "id"), Vec::<i64>::new());
-    let hits = get(
-        &mut client,
-        &aud,
-        serde_json::json!({"table":"sales.orders","filter":"card LIKE '%0003'"}),
-    )
-    .await
-    .unwrap();
+    let hits = aud
+        .rows(serde_json::json!({"table":"sales.orders","filter":"card LIKE '%0003'"}))
+        .await;
     assert_eq!(ints(&hits, "id"), [3]);
     // A caller's expression is never evaluated on rows the policy hides: dividing by
     // zero on hidden row 3 would otherwise fail the read and reveal that row exists.
-    let hits = get(
-        &mut client,
-        &ann,
-        serde_json::json!({"table":"sales.orders","filter":"10 / (id - 3) > -100"}),
-    )
-    .await
-    .unwrap();
+    let hits = ann
+        .rows(serde_json::json!({"table":"sales.orders","filter":"10 / (id - 3) > -100"}))
+        .await;
     assert_eq!(ints(&hits, "id"), [2, 4]);
     // The changelog goes through the same view.
-    let log = get(
-        &mut client,
-        &ann,
-        serde_json::json!({"table":"sales.orders","changelog":{"from":"earliest"}}),
-    )
-    .await
-    .unwrap();
+    let log = ann
+        .rows(serde_json::json!({"table":"sales.orders","changelog":{"from":"earliest"}}))
+        .await;
     assert_eq!(ints(&log, "id"), [2, 4]);
     assert_eq!(column_names(&log), ["id", "region", "ts"]);
 
@@ -465,7 +439,7 @@ async fn policies_shape_what_each_role_sees() {
         b["warnings"][0].as_str().unwrap().contains("eu_analsyt"),
         "{b}"
     );
-    let e = get(&mut client, &ann, ticket.clone()).await.unwrap_err();
+    let e = ann.get(ticket.clone()).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     // The reader learns which policy blocks them, not why: the reason can quote the
     // policy's text, and goes to the server log.
@@ -474,13 +448,13 @@ async fn policies_shape_what_each_role_sees() {
         "{}",
         e.message()
     );
-    assert!(get(&mut client, &aud, ticket.clone()).await.is_ok());
-    let (s, _) = http_json(&server, Method::DELETE, "/v1/policies/broken", &root, None).await;
+    assert!(aud.get(ticket.clone()).await.is_ok());
+    let (s, _) = root.http(Method::DELETE, "/v1/policies/broken", None).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(get(&mut client, &ann, ticket.clone()).await.is_ok());
+    assert!(ann.get(ticket.clone()).await.is_ok());
 
     // Bad input: refused with a reason, and the previous version keeps serving.
-    let (_, before) = http_json(&server, Method::GET, "/v1/policies", &root, None).await;
+    let (_, before) = root.http(Method::GET, "/v1/policies", None).await;
     for (body, want) in [
         (
             serde_json::json!({"id":"x","scope":{"table":"sales.orders"},"to":["r"],"kind":"column_deny","column":"nope"}),
@@ -511,7 +485,7 @@ async fn policies_shape_what_each_role_sees() {
         assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {b}");
         assert!(b["error"].as_str().unwrap().contains(want), "{body}: {b}");
     }
-    let (_, after) = http_json(&server, Method::GET, "/v1/policies", &root, None).await;
+    let (_, after) = root.http(Method::GET, "/v1/policies", None).await;
     assert_eq!(before, after);
     // Policies survive a restart.
     drop(client);
@@ -528,7 +502,7 @@ async fn policies_shape_what_each_role_sees() {
 async fn drop_and_hash_columns_never_reach_disk_in_clear() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     let table = serde_json::json!({
         "namespace": "app", "name": "signups",
         "columns": [
@@ -565,10 +539,7 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
         ],
     )
     .unwrap();
-    let mut client = server.client().await;
-    put(&mut client, &token, &["app", "signups"], vec![batch])
-        .await
-        .unwrap();
+    token.put_ok("app.signups", vec![batch]).await;
     // A hash column sent as a non-string is refused and writes nothing.
     let bad = RecordBatch::try_from_iter([
         ("id", Arc::new(Int64Array::from(vec![3])) as ArrayRef),
@@ -579,26 +550,17 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
         ),
     ])
     .unwrap();
-    let e = put(&mut client, &token, &["app", "signups"], vec![bad])
-        .await
-        .unwrap_err();
+    let e = token.put("app.signups", vec![bad]).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("\"email\""), "{}", e.message());
 
-    let rows = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table":"app.signups"}),
-    )
-    .await
-    .unwrap();
+    let rows = token.rows(serde_json::json!({"table":"app.signups"})).await;
     assert_eq!(column_names(&rows), ["id", "email", "ts"]);
     let key_hex = std::fs::read_to_string(dir.path().join("hash.key")).unwrap();
     let key = hotgate_policy::HashKey::from_hex(&key_hex).unwrap();
     let mut stored: Vec<Option<String>> = strings(&rows, "email");
     stored.sort();
     assert_eq!(stored, [None, Some(key.hmac_hex(email.as_bytes()))]);
-    drop(client);
     server.terminate();
 
     // Every byte under the data dir: neither the dropped value nor the clear email.
@@ -642,18 +604,11 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
         free_addr(),
         &[("HOTGATE_GRANTS_REFRESH", "0s")],
     );
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     create_table(&server, &root, orders_table("sales", "orders")).await;
     let mut client = server.client().await;
-    put(
-        &mut client,
-        &root,
-        &["sales", "orders"],
-        vec![orders(&[1, 2])],
-    )
-    .await
-    .unwrap();
-    let ann = server.token("ann", &["ALL"]);
+    root.put_ok("sales.orders", vec![orders(&[1, 2])]).await;
+    let ann = server.caller("ann", &["ALL"]);
     let stream = client
         .do_get(with_token(
             Ticket::new(serde_json::json!({"table":"sales.orders","changelog":{"from":"earliest","follow":true}}).to_string()),
@@ -671,11 +626,11 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
     let mut doc = policy_grants();
     doc["catalogs"][0]["catalogRoles"][0]["grants"] = serde_json::json!([]);
     write_grants(dir.path(), &doc);
-    let (s, b) = http_json(&server, Method::GET, "/v1/grants/drift", &root, None).await;
+    let (s, b) = root.http(Method::GET, "/v1/grants/drift", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["in_sync"], false, "{b}");
     assert_eq!(b["differences"][0]["side"], "only_in_mirror", "{b}");
-    let (s, b) = http_json(&server, Method::POST, "/v1/grants/sync", &root, None).await;
+    let (s, b) = root.http(Method::POST, "/v1/grants/sync", None).await;
     assert_eq!(
         (s, &b["version"], &b["changed"]),
         (
@@ -705,23 +660,20 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
         other => panic!("expected PermissionDenied, got {other:?}"),
     }
     assert!(waited <= Duration::from_secs(5), "ended after {waited:?}");
-    let e = get(
-        &mut client,
-        &ann,
-        serde_json::json!({"table":"sales.orders"}),
-    )
-    .await
-    .unwrap_err();
+    let e = ann
+        .get(serde_json::json!({"table":"sales.orders"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
 
     // A malformed document or an unknown privilege is refused; the mirror stays.
     std::fs::write(dir.path().join("grants.json"), b"{\"catalogs\": [").unwrap();
-    let (s, b) = http_json(&server, Method::POST, "/v1/grants/sync", &root, None).await;
+    let (s, b) = root.http(Method::POST, "/v1/grants/sync", None).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     let mut doc = policy_grants();
     doc["catalogs"][0]["catalogRoles"][1]["grants"][0]["privilege"] = "TABLE_READ".into();
     write_grants(dir.path(), &doc);
-    let (s, b) = http_json(&server, Method::POST, "/v1/grants/sync", &root, None).await;
+    let (s, b) = root.http(Method::POST, "/v1/grants/sync", None).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
     assert!(
         b["error"]
@@ -730,18 +682,14 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
             .contains("unknown privilege \"TABLE_READ\""),
         "{b}"
     );
-    let (_, b) = http_json(&server, Method::GET, "/v1/grants", &root, None).await;
+    let (_, b) = root.http(Method::GET, "/v1/grants", None).await;
     assert_eq!(b["status"]["version"], 2, "{b}");
     assert!(b["status"]["last_error"].as_str().is_some(), "{b}");
-    let aud = server.token("aud", &["ALL"]);
+    let aud = server.caller("aud", &["ALL"]);
     assert!(
-        get(
-            &mut client,
-            &aud,
-            serde_json::json!({"table":"sales.orders"})
-        )
-        .await
-        .is_ok()
+        aud.get(serde_json::json!({"table":"sales.orders"}))
+            .await
+            .is_ok()
     );
 }
 
@@ -928,49 +876,48 @@ async fn polaris_source_mirrors_syncs_reports_drift_and_fails_closed_when_stale(
             ("HOTGATE_GRANTS_MAX_STALENESS", "3s"),
         ],
     );
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     assert_eq!(
         create_table(&server, &root, orders_table("sales", "orders"))
             .await
             .status(),
         StatusCode::CREATED
     );
-    let mut client = server.client().await;
-    let ann = server.token("ann", &["ALL"]);
+    let ann = server.caller("ann", &["ALL"]);
     let scan = serde_json::json!({"table":"sales.orders"});
-    get(&mut client, &ann, scan.clone()).await.unwrap();
+    ann.rows(scan.clone()).await;
 
     // Drift: the source changed, the mirror not yet (sync is forced below).
     stub.doc.lock().unwrap()["catalogs"][0]["catalogRoles"][0]["grants"] = serde_json::json!([]);
-    let (s, b) = http_json(&server, Method::GET, "/v1/grants/drift", &root, None).await;
+    let (s, b) = root.http(Method::GET, "/v1/grants/drift", None).await;
     assert_eq!(s, StatusCode::OK);
     // The periodic refresh may already have applied it; either way the report is exact.
     if b["in_sync"] == false {
         assert_eq!(b["differences"][0]["kind"], "grant", "{b}");
         assert_eq!(b["differences"][0]["side"], "only_in_mirror", "{b}");
     }
-    let (s, _) = http_json(&server, Method::POST, "/v1/grants/sync", &root, None).await;
+    let (s, _) = root.http(Method::POST, "/v1/grants/sync", None).await;
     assert_eq!(s, StatusCode::OK);
-    let e = get(&mut client, &ann, scan.clone()).await.unwrap_err();
+    let e = ann.get(scan.clone()).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
-    let (_, b) = http_json(&server, Method::GET, "/v1/grants/drift", &root, None).await;
+    let (_, b) = root.http(Method::GET, "/v1/grants/drift", None).await;
     assert_eq!(b["in_sync"], true, "{b}");
 
     // The source fails: the last good mirror keeps serving until the staleness limit,
     // then every check fails closed with Unavailable.
     *stub.failing.lock().unwrap() = true;
-    let (s, b) = http_json(&server, Method::POST, "/v1/grants/sync", &root, None).await;
+    let (s, b) = root.http(Method::POST, "/v1/grants/sync", None).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
-    assert!(get(&mut client, &root, scan.clone()).await.is_ok());
+    assert!(root.get(scan.clone()).await.is_ok());
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let e = get(&mut client, &root, scan.clone()).await.unwrap_err();
+    let e = root.get(scan.clone()).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e}");
     assert!(e.message().contains("has not synced"), "{}", e.message());
 
     // The source is back: the next refresh restores service.
     *stub.failing.lock().unwrap() = false;
     let start = Instant::now();
-    while get(&mut client, &root, scan.clone()).await.is_err() {
+    while root.get(scan.clone()).await.is_err() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "service did not recover"
@@ -989,61 +936,45 @@ async fn the_embedded_default_grants_root_admin_and_nothing_else() {
         doc["principalRoles"][0]["principals"],
         serde_json::json!(["root"])
     );
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     assert_eq!(
         create_table(&server, &root, orders_table("sales", "orders"))
             .await
             .status(),
         StatusCode::CREATED
     );
-    let mut client = server.client().await;
-    put(&mut client, &root, &["sales", "orders"], vec![orders(&[1])])
-        .await
-        .unwrap();
+    root.put_ok("sales.orders", vec![orders(&[1])]).await;
     assert_eq!(
         ints(
-            &get(
-                &mut client,
-                &root,
-                serde_json::json!({"table":"sales.orders"})
-            )
-            .await
-            .unwrap(),
+            &root.rows(serde_json::json!({"table":"sales.orders"})).await,
             "id"
         ),
         [1]
     );
-    let (s, _) = http_json(&server, Method::GET, "/v1/grants", &root, None).await;
+    let (s, _) = root.http(Method::GET, "/v1/grants", None).await;
     assert_eq!(s, StatusCode::OK);
     // Not even the administrator creates or writes tables in the reserved namespace.
     let r = create_table(&server, &root, orders_table("_system", "audit")).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     assert!(r.text().await.unwrap().contains("reserved"));
-    let e = put(
-        &mut client,
-        &root,
-        &["_system", "audit"],
-        vec![orders(&[1])],
-    )
-    .await
-    .unwrap_err();
+    let e = root
+        .put("_system.audit", vec![orders(&[1])])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(e.message().contains("_system"), "{}", e.message());
     // root without the admin role activated, and anyone else, get nothing.
     for token in [
-        server.token("root", &["reader"]),
-        server.token("alice", &["ALL"]),
-        server.token("alice", &["admin"]),
+        server.caller("root", &["reader"]),
+        server.caller("alice", &["ALL"]),
+        server.caller("alice", &["admin"]),
     ] {
-        let e = get(
-            &mut client,
-            &token,
-            serde_json::json!({"table":"sales.orders"}),
-        )
-        .await
-        .unwrap_err();
+        let e = token
+            .get(serde_json::json!({"table":"sales.orders"}))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied);
-        let (s, b) = http_json(&server, Method::GET, "/v1/tables", &token, None).await;
+        let (s, b) = token.http(Method::GET, "/v1/tables", None).await;
         assert_eq!(
             (s, b["tables"].as_array().map(Vec::len)),
             (StatusCode::OK, Some(0))

@@ -84,24 +84,19 @@ async fn http_raw(
 async fn expressions_of_any_size_are_answered_and_the_server_stays_up() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let root = server.token("root", &["admin"]);
-    let alice = server.token("alice", &["writer"]);
-    let bob = server.token("bob", &["writer"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
+    let root = server.caller("root", &["admin"]);
+    let alice = server.caller("alice", &["writer"]);
+    let bob = server.caller("bob", &["writer"]);
+    alice.create_table(events_table()).await;
     let mut client = server.client().await;
-    put(&mut client, &alice, &["app", "events"], vec![events(0..20)])
-        .await
-        .unwrap();
+    alice.put_ok("app.events", vec![events(0..20)]).await;
 
     for size in [10_i64, 1_000, 100_000] {
         for ((shape, filter), (_, nothing)) in shapes(0..size).into_iter().zip(shapes(-size..0)) {
             let what = format!("{shape} of {size} terms");
             // A scan filter.
             let ticket = json!({"table": "app.events", "columns": ["id"], "filter": filter});
-            match get(&mut client, &bob, ticket.clone()).await {
+            match bob.get(ticket.clone()).await {
                 Ok(batches) => {
                     assert!(size <= 1_000, "{what}: answered");
                     assert_eq!(
@@ -122,23 +117,19 @@ async fn expressions_of_any_size_are_answered_and_the_server_stays_up() {
             // A policy's row filter, applied to bob's reads while it exists.
             let policy = json!({"id": "grow", "scope": {"table": "app.events"},
                 "to": ["content"], "kind": "row_filter", "expr": filter});
-            let (status, body) =
-                http_json(&server, Method::POST, "/v1/policies", &root, Some(policy)).await;
+            let (status, body) = root.http(Method::POST, "/v1/policies", Some(policy)).await;
             assert!(
                 status == StatusCode::CREATED || status == StatusCode::BAD_REQUEST,
                 "{what}: {status} {body}"
             );
             if status == StatusCode::CREATED {
-                let batches = get(&mut client, &bob, json!({"table": "app.events"}))
-                    .await
-                    .unwrap();
+                let batches = bob.rows(json!({"table": "app.events"})).await;
                 assert_eq!(
                     ints(&batches, "id"),
                     (0..size.min(20)).collect::<Vec<_>>(),
                     "{what}"
                 );
-                let (status, _) =
-                    http_json(&server, Method::DELETE, "/v1/policies/grow", &root, None).await;
+                let (status, _) = root.http(Method::DELETE, "/v1/policies/grow", None).await;
                 assert_eq!(status, 200);
             } else {
                 assert!(
@@ -150,14 +141,9 @@ async fn expressions_of_any_size_are_answered_and_the_server_stays_up() {
             // A deletion predicate (matching no row, so that nothing is deleted).
             let deletion = json!({"tables": ["app.events"], "predicate": nothing,
                 "subject": format!("grow-{shape}-{size}")});
-            let (status, body) = http_json(
-                &server,
-                Method::POST,
-                "/v1/deletions",
-                &root,
-                Some(deletion),
-            )
-            .await;
+            let (status, body) = root
+                .http(Method::POST, "/v1/deletions", Some(deletion))
+                .await;
             assert!(
                 status == StatusCode::ACCEPTED || status == StatusCode::BAD_REQUEST,
                 "{what}: {status} {body}"
@@ -166,9 +152,7 @@ async fn expressions_of_any_size_are_answered_and_the_server_stays_up() {
         }
     }
     // Every row is still there, for a reader with no policy.
-    let batches = get(&mut client, &alice, json!({"table": "app.events"}))
-        .await
-        .unwrap();
+    let batches = alice.rows(json!({"table": "app.events"})).await;
     assert_eq!(ints(&batches, "id"), (0..20).collect::<Vec<_>>());
 }
 
@@ -178,41 +162,34 @@ async fn errors_raised_on_rows_leave_no_value_or_literal_in_the_audit() {
     const LITERAL: i64 = 97_531_864_202;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let alice = server.token("alice", &["writer"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
+    let alice = server.caller("alice", &["writer"]);
+    alice.create_table(events_table()).await;
     let batch = events(0..5);
     let customers: ArrayRef = Arc::new(StringArray::from(vec![VALUE; 5]));
     let mut columns = batch.columns().to_vec();
     columns[1] = customers;
     let batch = RecordBatch::try_new(batch.schema(), columns).unwrap();
-    put(&mut client, &alice, &["app", "events"], vec![batch])
-        .await
-        .unwrap();
+    alice.put_ok("app.events", vec![batch]).await;
 
     // The cast fails on the row's value, while the stream runs.
     let ticket = json!({"table": "app.events",
         "filter": format!("CAST(customer AS BIGINT) = {LITERAL}")});
-    let err = get(&mut client, &alice, ticket).await.unwrap_err();
+    let err = alice.get(ticket).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
     // The caller is told which value failed: it is their own row.
     assert!(err.message().contains("zqVALUE"), "{}", err.message());
 
     // The end record says how the stream broke, by kind only.
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     let mut records = Vec::new();
     for _ in 0..200 {
-        let (_, body) = http_json(
-            &server,
-            Method::GET,
-            "/v1/audit?principal=alice&action=end&limit=100",
-            &root,
-            None,
-        )
-        .await;
+        let (_, body) = root
+            .http(
+                Method::GET,
+                "/v1/audit?principal=alice&action=end&limit=100",
+                None,
+            )
+            .await;
         records = body["records"].as_array().unwrap().clone();
         if records
             .iter()
@@ -262,14 +239,11 @@ async fn errors_raised_on_rows_leave_no_value_or_literal_in_the_audit() {
 async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let alice = server.token("alice", &["writer"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
+    let alice = server.caller("alice", &["writer"]);
+    alice.create_table(events_table()).await;
     // ann may read the audit and nothing else; bob manages content, not access.
-    let ann = server.token("ann", &["auditors"]);
-    let bob = server.token("bob", &["writer"]);
+    let ann = server.caller("ann", &["auditors"]);
+    let bob = server.caller("bob", &["writer"]);
     let calls: [(&str, Method, &str); 7] = [
         ("ann", Method::POST, "/v1/tables"),
         ("ann", Method::POST, "/v1/tables/app.events/columns"),
@@ -291,7 +265,7 @@ async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded()
         }
     }
     // A caller with the rights gets the parse error, recorded as a denial too.
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     let (status, body) =
         http_raw(&server, Method::POST, "/v1/policies", Some(&root), "{oops").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -372,7 +346,7 @@ async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded()
     assert_eq!(count("alice", "create_table", "invalid_argument"), 1);
     assert_eq!(count("", "authenticate", "unauthenticated"), 1);
     // No table was created by any of it.
-    let (_, tables) = http_json(&server, Method::GET, "/v1/tables", &alice, None).await;
+    let (_, tables) = alice.http(Method::GET, "/v1/tables", None).await;
     assert_eq!(tables["tables"].as_array().unwrap().len(), 1, "{tables}");
 }
 
@@ -380,11 +354,8 @@ async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded()
 async fn a_batch_with_a_column_twice_is_refused_and_stores_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let alice = server.token("alice", &["writer"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
+    let alice = server.caller("alice", &["writer"]);
+    alice.create_table(events_table()).await;
     let good = events(0..3);
     let mut fields: Vec<Field> = good
         .schema()
@@ -396,19 +367,14 @@ async fn a_batch_with_a_column_twice_is_refused_and_stores_nothing() {
     let mut columns = good.columns().to_vec();
     columns.push(Arc::clone(&columns[2]));
     let twice = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
-    let mut client = server.client().await;
-    let err = put(&mut client, &alice, &["app", "events"], vec![twice])
-        .await
-        .unwrap_err();
+    let err = alice.put("app.events", vec![twice]).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(
         err.message().contains("\"amount\" appears twice"),
         "{}",
         err.message()
     );
-    let rows = get(&mut client, &alice, json!({"table": "app.events"}))
-        .await
-        .unwrap();
+    let rows = alice.rows(json!({"table": "app.events"})).await;
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
 }
 
@@ -445,23 +411,16 @@ fn view_grants() -> Value {
 async fn view_server(dir: &std::path::Path) -> Server {
     write_grants(dir, &view_grants());
     let server = Server::start(dir);
-    let root = server.token("root", &["admin"]);
-    assert_eq!(
-        create_table(&server, &root, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &root, &["app", "events"], vec![events(0..10)])
-        .await
-        .unwrap();
+    let root = server.caller("root", &["admin"]);
+    root.create_table(events_table()).await;
+    root.put_ok("app.events", vec![events(0..10)]).await;
     for policy in [
         json!({"id": "c1_only", "scope": {"table": "app.events"}, "to": ["reader"],
                "kind": "row_filter", "expr": "customer = 'c1'"}),
         json!({"id": "no_amount", "scope": {"table": "app.events"}, "to": ["reader"],
                "kind": "column_deny", "column": "amount"}),
     ] {
-        let (status, body) =
-            http_json(&server, Method::POST, "/v1/policies", &root, Some(policy)).await;
+        let (status, body) = root.http(Method::POST, "/v1/policies", Some(policy)).await;
         assert_eq!(status, 201, "{body}");
     }
     server
@@ -480,29 +439,23 @@ fn column_names(described: &Value) -> Vec<String> {
 async fn table_metadata_goes_through_the_callers_view() {
     let dir = tempfile::tempdir().unwrap();
     let server = view_server(dir.path()).await;
-    let rita = server.token("rita", &["readers"]);
-    let fred = server.token("fred", &["fulls"]);
-    let root = server.token("root", &["admin"]);
+    let rita = server.caller("rita", &["readers"]);
+    let fred = server.caller("fred", &["fulls"]);
+    let root = server.caller("root", &["admin"]);
 
     // rita: no denied column, no whole-table counts, in the description and the list.
-    let (status, described) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &rita, None).await;
+    let (status, described) = rita.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(status, 200, "{described}");
     assert_eq!(column_names(&described), ["id", "customer", "ts"]);
     assert!(described.get("end_offsets").is_none(), "{described}");
     assert_eq!(described["counts_withheld"], true);
     assert!(!described.to_string().contains("amount"), "{described}");
-    let (_, listed) = http_json(&server, Method::GET, "/v1/tables", &rita, None).await;
+    let (_, listed) = rita.http(Method::GET, "/v1/tables", None).await;
     assert_eq!(listed["tables"][0]["definition"], described["definition"]);
     assert!(listed["tables"][0].get("end_offsets").is_none());
-    let (status, tiering) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &rita,
-        None,
-    )
-    .await;
+    let (status, tiering) = rita
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(status, 200, "{tiering}");
     for field in ["watermarks", "files", "bytes", "records", "size_histogram"] {
         assert!(tiering[field].is_null(), "{field}: {tiering}");
@@ -510,8 +463,7 @@ async fn table_metadata_goes_through_the_callers_view() {
     assert_eq!(tiering["counts_withheld"], true);
 
     // fred reads every row: he sees the counts; root manages the table and sees all.
-    let (_, described) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &fred, None).await;
+    let (_, described) = fred.http(Method::GET, "/v1/tables/app.events", None).await;
     let ends: u64 = described["end_offsets"]
         .as_object()
         .unwrap()
@@ -520,17 +472,11 @@ async fn table_metadata_goes_through_the_callers_view() {
         .sum();
     assert_eq!(ends, 10, "{described}");
     assert_eq!(column_names(&described), ["id", "customer", "amount", "ts"]);
-    let (_, tiering) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &fred,
-        None,
-    )
-    .await;
+    let (_, tiering) = fred
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert!(tiering["watermarks"].is_object(), "{tiering}");
-    let (_, described) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &root, None).await;
+    let (_, described) = root.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(column_names(&described), ["id", "customer", "amount", "ts"]);
     assert!(described["end_offsets"].is_object());
 }
@@ -539,15 +485,10 @@ async fn table_metadata_goes_through_the_callers_view() {
 async fn the_access_report_flags_a_writer_that_reads_unfiltered() {
     let dir = tempfile::tempdir().unwrap();
     let server = view_server(dir.path()).await;
-    let root = server.token("root", &["admin"]);
-    let (status, report) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/access",
-        &root,
-        None,
-    )
-    .await;
+    let root = server.caller("root", &["admin"]);
+    let (status, report) = root
+        .http(Method::GET, "/v1/tables/app.events/access", None)
+        .await;
     assert_eq!(status, 200, "{report}");
     let role = |name: &str| {
         report["roles"]
@@ -579,15 +520,10 @@ async fn the_access_report_flags_a_writer_that_reads_unfiltered() {
     assert_eq!(unfiltered, ["catalog_admin", "etl", "full"]);
 
     // Only an access administrator may see it.
-    let fred = server.token("fred", &["fulls"]);
-    let (status, _) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/access",
-        &fred,
-        None,
-    )
-    .await;
+    let fred = server.caller("fred", &["fulls"]);
+    let (status, _) = fred
+        .http(Method::GET, "/v1/tables/app.events/access", None)
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
@@ -601,38 +537,26 @@ async fn a_call_that_panics_fails_alone_and_is_recorded() {
         free_addr(),
         &[("FAILPOINTS", "open-read=panic;describe-table=panic")],
     );
-    let alice = server.token("alice", &["writer"]);
-    assert_eq!(
-        create_table(&server, &alice, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &alice, &["app", "events"], vec![events(0..5)])
-        .await
-        .unwrap();
+    let alice = server.caller("alice", &["writer"]);
+    alice.create_table(events_table()).await;
+    alice.put_ok("app.events", vec![events(0..5)]).await;
     for _ in 0..3 {
-        let err = get(&mut client, &alice, json!({"table": "app.events"}))
-            .await
-            .unwrap_err();
+        let err = alice.get(json!({"table": "app.events"})).await.unwrap_err();
         assert_eq!(err.code(), Code::Internal, "{}", err.message());
-        let (status, _) =
-            http_json(&server, Method::GET, "/v1/tables/app.events", &alice, None).await;
+        let (status, _) = alice.http(Method::GET, "/v1/tables/app.events", None).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         healthy(&server).await;
     }
     // Writes and other calls go on.
-    put(&mut client, &alice, &["app", "events"], vec![events(5..10)])
-        .await
-        .unwrap();
-    let root = server.token("root", &["admin"]);
-    let (_, body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/audit?principal=alice&decision=deny&limit=100",
-        &root,
-        None,
-    )
-    .await;
+    alice.put_ok("app.events", vec![events(5..10)]).await;
+    let root = server.caller("root", &["admin"]);
+    let (_, body) = root
+        .http(
+            Method::GET,
+            "/v1/audit?principal=alice&decision=deny&limit=100",
+            None,
+        )
+        .await;
     let denials = body["records"].as_array().unwrap();
     let internal = |action: &str| {
         denials

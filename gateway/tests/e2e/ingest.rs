@@ -8,18 +8,12 @@ use crate::harness::*;
 async fn put_then_get_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     let created = create_table(&server, &token, events_table()).await;
     assert_eq!(created.status(), 201);
-    let mut client = server.client().await;
-    let results = put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..100), events(100..250)],
-    )
-    .await
-    .unwrap();
+    let results = token
+        .put_ok("app.events", vec![events(0..100), events(100..250)])
+        .await;
     assert_eq!(results.len(), 2);
     assert_eq!(results[0]["rows"], 100);
     assert_eq!(results[1]["rows"], 150);
@@ -35,13 +29,7 @@ async fn put_then_get_round_trips() {
         .sum();
     assert_eq!(written, 150);
 
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events"}),
-    )
-    .await
-    .unwrap();
+    let batches = token.rows(serde_json::json!({"table": "app.events"})).await;
     assert_eq!(ints(&batches, "id"), (0..250).collect::<Vec<_>>());
 
     // The table is listed over HTTP with its offsets.
@@ -83,7 +71,7 @@ async fn put_then_get_round_trips() {
 async fn bad_writes_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     create_table(&server, &token, events_table()).await;
     // Bad table bodies name the field.
     let mut bad = events_table();
@@ -105,30 +93,19 @@ async fn bad_writes_are_refused_with_the_reason() {
         .unwrap();
     assert!(text.contains("bucket_key amount"), "{text}");
 
-    let mut client = server.client().await;
-    let status = put(&mut client, &token, &["app", "nope"], vec![events(0..1)])
-        .await
-        .unwrap_err();
+    let status = token.put("app.nope", vec![events(0..1)]).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
     assert!(status.message().contains("app.nope"));
     // A batch whose schema does not match: nothing is written.
     let wrong = events(0..3).project(&[0, 2, 3]).unwrap();
-    let status = put(&mut client, &token, &["app", "events"], vec![wrong])
-        .await
-        .unwrap_err();
+    let status = token.put("app.events", vec![wrong]).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(
         status.message().contains("missing bucket key \"customer\""),
         "{}",
         status.message()
     );
-    let rows = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events"}),
-    )
-    .await
-    .unwrap();
+    let rows = token.rows(serde_json::json!({"table": "app.events"})).await;
     assert!(rows.iter().all(|b| b.num_rows() == 0));
 }
 
@@ -138,7 +115,7 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
     let dir = tempfile::tempdir().unwrap();
     let (flight, http) = (free_addr(), free_addr());
     let server = Server::start_with(dir.path(), flight, http);
-    let token = server.token("ingest", &["writer"]);
+    let token = server.caller("ingest", &["writer"]);
     create_table(&server, &token, events_table()).await;
     let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
     let writers: Vec<_> = (0..4i64)
@@ -155,13 +132,9 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
                     arrow_flight::flight_service_client::FlightServiceClient::new(channel);
                 let mut next = w * 1_000_000;
                 // Each DoPut is one batch: its PutResult is the acknowledgement.
-                while let Ok(r) = put(
-                    &mut client,
-                    &token,
-                    &["app", "events"],
-                    vec![events(next..next + 20)],
-                )
-                .await
+                let path = ["app", "events"];
+                while let Ok(r) =
+                    put(&mut client, &token, &path, vec![events(next..next + 20)]).await
                 {
                     if r.len() != 1 {
                         break;
@@ -188,14 +161,10 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
     let acked: Vec<i64> = acked.lock().unwrap().clone();
 
     let server = Server::start_with(dir.path(), flight, http);
-    let mut client = server.client().await;
-    let rows = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "columns": ["id"]}),
-    )
-    .await
-    .unwrap();
+    let token = token.at(&server);
+    let rows = token
+        .rows(serde_json::json!({"table": "app.events", "columns": ["id"]}))
+        .await;
     let ids = ints(&rows, "id");
     let unique: HashSet<i64> = ids.iter().copied().collect();
     assert_eq!(unique.len(), ids.len(), "a row was stored twice");
@@ -214,22 +183,13 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
 async fn sigterm_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     create_table(&server, &token, events_table()).await;
-    let mut client = server.client().await;
-    put(&mut client, &token, &["app", "events"], vec![events(0..10)])
-        .await
-        .unwrap();
+    token.put_ok("app.events", vec![events(0..10)]).await;
     let status = server.terminate();
     assert!(status.success(), "exit status {status:?}");
     let server = Server::start(dir.path());
-    let mut client = server.client().await;
-    let rows = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events"}),
-    )
-    .await
-    .unwrap();
+    let token = token.at(&server);
+    let rows = token.rows(serde_json::json!({"table": "app.events"})).await;
     assert_eq!(ints(&rows, "id"), (0..10).collect::<Vec<_>>());
 }

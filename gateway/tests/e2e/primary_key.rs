@@ -169,10 +169,10 @@ fn column_f64(batches: &[RecordBatch], column: &str) -> Vec<f64> {
         .collect()
 }
 
-async fn setup() -> (tempfile::TempDir, Server, String) {
+async fn setup() -> (tempfile::TempDir, Server, Caller) {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     let created = create_table(&server, &token, accounts_table()).await;
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     (dir, server, token)
@@ -217,13 +217,9 @@ async fn insert_update_delete_leave_exact_changelog_records() {
     assert_eq!(r[0]["missing"], 1);
     assert_eq!(r[0]["missing_rows"], serde_json::json!([1]));
 
-    let log = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap();
+    let log = token
+        .rows(serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}))
+        .await;
     let schema = log[0].schema();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(
@@ -284,33 +280,21 @@ async fn insert_update_delete_leave_exact_changelog_records() {
 
     // Resuming from explicit offsets: the next offset after the first record.
     let bucket = buckets[0].to_string();
-    let resumed = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts",
-                           "changelog": {"from": {bucket.clone(): 1}}}),
-    )
-    .await
-    .unwrap();
+    let resumed = token
+        .rows(serde_json::json!({"table": "app.accounts",
+                           "changelog": {"from": {bucket.clone(): 1}}}))
+        .await;
     assert_eq!(strings(&resumed, "_change"), ["-U", "+U", "-D"]);
-    let err = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "changelog": {"from": {"2026-11-30/1": 0}}}),
-    )
+    let err = token.get(serde_json::json!({"table": "app.accounts", "changelog": {"from": {"2026-11-30/1": 0}}}))
     .await
     .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("by bucket"), "{}", err.message());
 
     // The key is gone from the current state.
-    let scan = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts"}),
-    )
-    .await
-    .unwrap();
+    let scan = token
+        .rows(serde_json::json!({"table": "app.accounts"}))
+        .await;
     assert_eq!(scan.iter().map(RecordBatch::num_rows).sum::<usize>(), 0);
 }
 
@@ -353,35 +337,27 @@ async fn lookups_and_scans_read_the_current_state() {
     );
 
     // Scans see the current state, with filter and projection.
-    let scan = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+    let scan = token
+        .rows(
+            serde_json::json!({"table": "app.accounts", "columns": ["id"],
                            "filter": "balance >= 190 OR id = 5"}),
-    )
-    .await
-    .unwrap();
+        )
+        .await;
     let mut ids: Vec<i64> = column_i64(&scan, "id").into_iter().flatten().collect();
     ids.sort();
     assert_eq!(ids, [5, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199]);
-    let all = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts"}),
-    )
-    .await
-    .unwrap();
+    let all = token
+        .rows(serde_json::json!({"table": "app.accounts"}))
+        .await;
     assert_eq!(all.iter().map(RecordBatch::num_rows).sum::<usize>(), 200);
     // Time bounds apply to the current rows' event time (ts = T0 + id µs).
-    let recent = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+    let recent = token
+        .rows(
+            serde_json::json!({"table": "app.accounts", "columns": ["id"],
                            "since": "2026-11-30T00:00:00.000195Z",
                            "until": "2026-11-30T00:00:00.000198Z"}),
-    )
-    .await
-    .unwrap();
+        )
+        .await;
     let mut ids: Vec<i64> = column_i64(&recent, "id").into_iter().flatten().collect();
     ids.sort();
     assert_eq!(ids, [195, 196, 197]);
@@ -399,28 +375,19 @@ async fn lookups_and_scans_read_the_current_state() {
         ),
         (serde_json::json!([3]), "not an object"),
     ] {
-        let err = get(
-            &mut client,
-            &token,
-            serde_json::json!({"table": "app.accounts", "lookup": keys}),
-        )
-        .await
-        .unwrap_err();
+        let err = token
+            .get(serde_json::json!({"table": "app.accounts", "lookup": keys}))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{keys}");
         assert!(err.message().contains(expect), "{keys}: {}", err.message());
     }
     // A lookup on a log table names the problem.
-    assert_eq!(
-        create_table(&server, &token, events_table()).await.status(),
-        201
-    );
-    let err = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "lookup": [{"id": 1}]}),
-    )
-    .await
-    .unwrap_err();
+    token.create_table(events_table()).await;
+    let err = token
+        .get(serde_json::json!({"table": "app.events", "lookup": [{"id": 1}]}))
+        .await
+        .unwrap_err();
     assert!(
         err.message().contains("primary-key table"),
         "{}",
@@ -493,10 +460,7 @@ async fn bad_changes_are_refused_and_write_nothing() {
     .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     // An op on a log table.
-    assert_eq!(
-        create_table(&server, &token, events_table()).await.status(),
-        201
-    );
+    token.create_table(events_table()).await;
     let err = put_cmd(
         &mut client,
         &token,
@@ -507,13 +471,9 @@ async fn bad_changes_are_refused_and_write_nothing() {
     .unwrap_err();
     assert!(err.message().contains("log table"), "{}", err.message());
     // Nothing of the refused batches reached the changelog.
-    let log = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap();
+    let log = token
+        .rows(serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}))
+        .await;
     assert_eq!(strings(&log, "_change"), ["+I"]);
     assert_eq!(column_i64(&log, "id"), [Some(1)]);
 
@@ -626,14 +586,9 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
                 w.await.unwrap();
             }
             writers_done = true;
-            let (status, table) = http_json(
-                &server,
-                reqwest::Method::GET,
-                "/v1/tables/app.accounts",
-                &token,
-                None,
-            )
-            .await;
+            let (status, table) = token
+                .http(reqwest::Method::GET, "/v1/tables/app.accounts", None)
+                .await;
             assert_eq!(status, 200);
             final_ends = Some(
                 table["end_offsets"]
@@ -795,6 +750,7 @@ async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
     let acked = *acked.lock().unwrap();
 
     let server = Server::start_with(dir.path(), flight, http);
+    let token = token.at(&server);
     let mut client = server.client().await;
     let state = current_state(&mut client, &token).await;
     // Every acknowledged change holds; the one in flight at the kill may or may not.
@@ -807,13 +763,9 @@ async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
         "after kill -9 the state is {state:?}, acknowledged {expected:?}"
     );
     // The changelog folds to the same state: the two agree.
-    let log = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap();
+    let log = token
+        .rows(serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}))
+        .await;
     let mut folded = BTreeMap::new();
     log.iter().for_each(|b| fold(&mut folded, b));
     assert_eq!(folded, state);
@@ -823,7 +775,7 @@ async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
 async fn a_primary_key_table_may_omit_the_time_column() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["writer"]);
+    let token = server.caller("alice", &["writer"]);
     let spec = serde_json::json!({
         "namespace": "app", "name": "flags",
         "columns": [
@@ -854,28 +806,20 @@ async fn a_primary_key_table_may_omit_the_time_column() {
     )
     .await
     .unwrap();
-    let rows = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.flags", "filter": "enabled"}),
-    )
-    .await
-    .unwrap();
+    let rows = token
+        .rows(serde_json::json!({"table": "app.flags", "filter": "enabled"}))
+        .await;
     assert_eq!(strings(&rows, "flag"), ["dark-mode"]);
-    let log = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.flags", "changelog": {"from": "earliest"}}),
-    )
-    .await
-    .unwrap();
+    let log = token
+        .rows(serde_json::json!({"table": "app.flags", "changelog": {"from": "earliest"}}))
+        .await;
     assert_eq!(strings(&log, "_change"), ["+I", "+I"]);
     // Reading by time needs a time column: a clear error, not an empty answer.
     for ticket in [
         serde_json::json!({"table": "app.flags", "since": "2026-11-30T00:00:00Z"}),
         serde_json::json!({"table": "app.flags", "changelog": {"from": "2026-11-30T00:00:00Z"}}),
     ] {
-        let err = get(&mut client, &token, ticket).await.unwrap_err();
+        let err = token.get(ticket).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(
             err.message().contains("no time_column"),
@@ -950,13 +894,8 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
             ("FAILPOINTS", "deletion-verify=return"),
         ],
     );
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, accounts_table())
-            .await
-            .status(),
-        201
-    );
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(accounts_table()).await;
     let mut client = server.client().await;
     let rows: Vec<(i64, f64)> = (0..20).map(|i| (i, i as f64)).collect();
     upsert(&mut client, &token, &rows).await;
@@ -983,24 +922,18 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
         [serde_json::json!({"requested": 2, "found": 1, "missing": [0]})]
     );
     // Scans of the state and the snapshot-then-changelog handoff skip them too.
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id"]}),
-    )
-    .await
-    .unwrap();
+    let batches = token
+        .rows(serde_json::json!({"table": "app.accounts", "columns": ["id"]}))
+        .await;
     let mut ids = ints(&batches, "id");
     ids.sort_unstable();
     assert_eq!(ids, (5..20).collect::<Vec<_>>());
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+    let batches = token
+        .rows(
+            serde_json::json!({"table": "app.accounts", "columns": ["id"],
                            "changelog": {"from": "snapshot", "follow": false}}),
-    )
-    .await
-    .unwrap();
+        )
+        .await;
     let mut ids = ints(&batches, "id");
     ids.sort_unstable();
     assert_eq!(ids, (5..20).collect::<Vec<_>>());
@@ -1009,14 +942,12 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     let id = record["id"].as_str().unwrap();
     let shown = crate::deletion::wait_for_state(&server, &token, id, "hot_applied").await;
     assert_eq!(shown["receipt"]["keys_erased"], 5, "{shown}");
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "columns": ["id"],
+    let batches = token
+        .rows(
+            serde_json::json!({"table": "app.accounts", "columns": ["id"],
                            "changelog": {"from": "earliest", "follow": false}}),
-    )
-    .await
-    .unwrap();
+        )
+        .await;
     assert!(
         ints(&batches, "id").iter().all(|i| *i >= 5),
         "the changelog still has erased keys"
@@ -1025,14 +956,9 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     // Past its time bound the request shows as overdue, in its status and in /metrics.
     assert_eq!(record["overdue"], false);
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let (status, shown) = http_json(
-        &server,
-        reqwest::Method::GET,
-        &format!("/v1/deletions/{id}"),
-        &token,
-        None,
-    )
-    .await;
+    let (status, shown) = token
+        .http(reqwest::Method::GET, &format!("/v1/deletions/{id}"), None)
+        .await;
     assert_eq!(status, 200);
     assert_eq!(shown["overdue"], true, "{shown}");
     assert_eq!(shown["state"], "purged", "{shown}");

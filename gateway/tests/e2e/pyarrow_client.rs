@@ -80,15 +80,9 @@ async fn an_internal_error_shows_the_client_an_id_that_the_server_log_explains()
         .env(&[("FAILPOINTS", "open-read=panic")])
         .log(&log)
         .start();
-    let token = server.token("py", &["writer"]);
-    assert_eq!(
-        create_table(&server, &token, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &token, &["app", "events"], vec![events(0..5)])
-        .await
-        .unwrap();
+    let token = server.caller("py", &["writer"]);
+    token.create_table(events_table()).await;
+    token.put_ok("app.events", vec![events(0..5)]).await;
 
     let script = r#"
 import json, os, sys

@@ -8,39 +8,23 @@ use futures::StreamExt;
 
 use crate::harness::*;
 
-async fn loaded() -> (tempfile::TempDir, Server, String) {
+async fn loaded() -> (tempfile::TempDir, Server, Caller) {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, events_table()).await.status(),
-        201
-    );
-    let mut client = server.client().await;
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(events_table()).await;
     // ids 0..300, one minute apart from T0.
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..300)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(0..300)]).await;
     (dir, server, token)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projection_filter_time_range_and_limit() {
-    let (_dir, server, token) = loaded().await;
-    let mut client = server.client().await;
+    let (_dir, _server, token) = loaded().await;
 
-    let b = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "columns": ["amount", "id"]}),
-    )
-    .await
-    .unwrap();
+    let b = token
+        .rows(serde_json::json!({"table": "app.events", "columns": ["amount", "id"]}))
+        .await;
     let names: Vec<_> = b[0]
         .schema()
         .fields()
@@ -50,49 +34,33 @@ async fn projection_filter_time_range_and_limit() {
     assert_eq!(names, ["amount", "id"]);
     assert_eq!(ints(&b, "id").len(), 300);
 
-    let b = get(
-        &mut client,
-        &token,
-        serde_json::json!({
+    let b = token
+        .rows(serde_json::json!({
             "table": "app.events", "columns": ["id"], "filter": "id % 7 = 0 AND customer <> 'c0'"
-        }),
-    )
-    .await
-    .unwrap();
+        }))
+        .await;
     let expected: Vec<i64> = (0..300).filter(|i| i % 7 == 0 && i % 5 != 0).collect();
     assert_eq!(ints(&b, "id"), expected);
 
     // [T0+10min, T0+20min): ids 10..20. Time bounds in the filter work too.
-    let b = get(
-        &mut client,
-        &token,
-        serde_json::json!({
+    let b = token
+        .rows(serde_json::json!({
             "table": "app.events", "columns": ["id"],
             "since": "2026-11-30T00:10:00Z", "until": "2026-11-30T00:20:00Z"
-        }),
-    )
-    .await
-    .unwrap();
+        }))
+        .await;
     assert_eq!(ints(&b, "id"), (10..20).collect::<Vec<_>>());
-    let b = get(
-        &mut client,
-        &token,
-        serde_json::json!({
+    let b = token
+        .rows(serde_json::json!({
             "table": "app.events", "columns": ["id"],
             "filter": "ts >= '2026-11-30T04:00:00Z'"
-        }),
-    )
-    .await
-    .unwrap();
+        }))
+        .await;
     assert_eq!(ints(&b, "id"), (240..300).collect::<Vec<_>>());
 
-    let b = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "limit": 7}),
-    )
-    .await
-    .unwrap();
+    let b = token
+        .rows(serde_json::json!({"table": "app.events", "limit": 7}))
+        .await;
     assert_eq!(b.iter().map(|b| b.num_rows()).sum::<usize>(), 7);
 }
 
@@ -133,7 +101,7 @@ async fn bad_reads_name_the_problem() {
         ),
     ];
     for (ticket, code, needle) in cases {
-        let status = get(&mut client, &token, ticket.clone()).await.unwrap_err();
+        let status = token.get(ticket.clone()).await.unwrap_err();
         assert_eq!(status.code(), code, "{ticket}: {status:?}");
         assert!(
             status.message().contains(needle),
@@ -163,15 +131,7 @@ async fn changelog_follow_receives_rows_appended_later() {
         .into_inner()
         .map(|r| r.map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s))));
     let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream);
-    let mut writer = server.client().await;
-    put(
-        &mut writer,
-        &token,
-        &["app", "events"],
-        vec![events(1000..1003)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(1000..1003)]).await;
     let mut ids = Vec::new();
     // Generous: bounds a hang, measures nothing.
     while ids.len() < 3 {
@@ -190,15 +150,11 @@ async fn changelog_follow_receives_rows_appended_later() {
     );
 
     // From earliest without follow: everything, then the stream ends.
-    let b = get(
-        &mut server.client().await,
-        &token,
-        serde_json::json!({
+    let b = token
+        .rows(serde_json::json!({
             "table": "app.events", "changelog": {"from": "earliest", "follow": false}
-        }),
-    )
-    .await
-    .unwrap();
+        }))
+        .await;
     assert_eq!(ints(&b, "id").len(), 303);
 }
 
@@ -224,7 +180,7 @@ async fn flight_info_schema_and_listing() {
     for e in &info.endpoint {
         let t: serde_json::Value =
             serde_json::from_slice(&e.ticket.as_ref().unwrap().ticket).unwrap();
-        ids.extend(ints(&get(&mut client, &token, t).await.unwrap(), "id"));
+        ids.extend(ints(&token.rows(t).await, "id"));
     }
     ids.sort();
     assert_eq!(ids, (0..50).collect::<Vec<_>>());

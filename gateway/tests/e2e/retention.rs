@@ -22,44 +22,36 @@ async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
             ("HOTGATE_TIERING_MAINTENANCE_INTERVAL", "1s"),
         ],
     );
-    let token = server.token("alice", &["analyst"]);
+    let token = server.caller("alice", &["analyst"]);
     let mut table = events_table();
     table["hot_retention"] = "1s".into();
     table["cold_retention"] = "30days".into();
     // Freshness 1s: the scheduler tiers on its own.
     table["tiering"] = serde_json::json!({"max_freshness": "1s"});
-    assert_eq!(create_table(&server, &token, table).await.status(), 201);
+    token.create_table(table).await;
 
     // Rows of a day 40 days ago and of yesterday, by the real clock.
     let now = chrono::Utc::now().timestamp_micros();
     let today = now - now.rem_euclid(DAY_US);
     let shift = |batch: arrow_array::RecordBatch, to: i64| shifted(batch, to - T0);
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![
-            shift(events(0..50), today - 40 * DAY_US),
-            shift(events(50..80), today - DAY_US),
-        ],
-    )
-    .await
-    .unwrap();
+    token
+        .put_ok(
+            "app.events",
+            vec![
+                shift(events(0..50), today - 40 * DAY_US),
+                shift(events(50..80), today - DAY_US),
+            ],
+        )
+        .await;
     let old_day = day_of(today - 40 * DAY_US);
     let recent_day = day_of(today - DAY_US);
 
     // The scheduler tiers, drops the tiered hot segments, and drops the old day.
     let start = Instant::now();
     let status = loop {
-        let (code, status) = http_json(
-            &server,
-            Method::GET,
-            "/v1/tables/app.events/tiering",
-            &token,
-            None,
-        )
-        .await;
+        let (code, status) = token
+            .http(Method::GET, "/v1/tables/app.events/tiering", None)
+            .await;
         assert_eq!(code, 200, "{status}");
         if status["oldest_day"] == recent_day.as_str() && status["last_cold_retention"].is_object()
         {
@@ -80,13 +72,9 @@ async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
     assert_eq!(status["records"], 30, "{status}");
 
     // Reads see only the recent day, and no file of the old day is left anywhere.
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "columns": ["id"]}),
-    )
-    .await
-    .unwrap();
+    let batches = token
+        .rows(serde_json::json!({"table": "app.events", "columns": ["id"]}))
+        .await;
     let mut ids = ints(&batches, "id");
     ids.sort_unstable();
     assert_eq!(ids, (50..80).collect::<Vec<_>>());
@@ -110,16 +98,15 @@ async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
     assert!(left.is_empty(), "data of {old_day} is left: {left:?}");
 
     // Both retentions are on the audit record, as hotgate's own actions.
-    let root = server.token("root", &["admin"]);
+    let root = server.caller("root", &["admin"]);
     for action in ["cold_retention", "hot_retention"] {
-        let (code, body) = http_json(
-            &server,
-            Method::GET,
-            &format!("/v1/audit?limit=100&action={action}&table=app.events"),
-            &root,
-            None,
-        )
-        .await;
+        let (code, body) = root
+            .http(
+                Method::GET,
+                &format!("/v1/audit?limit=100&action={action}&table=app.events"),
+                None,
+            )
+            .await;
         assert_eq!(code, 200, "{body}");
         let records = body["records"].as_array().unwrap();
         assert!(!records.is_empty(), "no {action} record: {body}");

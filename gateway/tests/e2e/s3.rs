@@ -124,7 +124,7 @@ async fn exactly_once_on_an_s3_warehouse() {
     // through object_store.
     let deployment = last.unwrap();
     let server = deployment.start(free_addr(), free_addr(), &crate::tiering::FAST_TICK);
-    let token = server.token("alice", &["analyst"]);
+    let token = server.caller("alice", &["analyst"]);
     let record = crate::deletion::file_deletion(
         &server,
         &token,
@@ -157,14 +157,9 @@ async fn exactly_once_on_an_s3_warehouse() {
         (0..180).filter(|i| i % 5 != 3).collect::<Vec<_>>()
     );
     // Only live files are left in the bucket.
-    let (_, status_body) = http_json(
-        &server,
-        reqwest::Method::GET,
-        "/v1/tables/app.events/tiering",
-        &token,
-        None,
-    )
-    .await;
+    let (_, status_body) = token
+        .http(reqwest::Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(
         deployment.warehouse.count(".parquet").await as u64,
         status_body["files"].as_u64().unwrap()

@@ -135,16 +135,8 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
     let dir = tempfile::tempdir().unwrap();
     let (server, token, _) =
         events_in_the_cold_tier(dir.path(), free_addr(), free_addr(), 0..100).await;
-    let mut client = server.client().await;
     // Untiered old-schema rows stay in the hot tier.
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(100..120)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(100..120)]).await;
 
     // Bad changes are refused with a 400 and change nothing.
     let bad = [
@@ -175,23 +167,21 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
             "{body} should say {message}"
         );
     }
-    let (status, body) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.events/columns",
-        &token,
-        Some(serde_json::json!({"columns": []})),
-    )
-    .await;
+    let (status, body) = token
+        .http(
+            Method::POST,
+            "/v1/tables/app.events/columns",
+            Some(serde_json::json!({"columns": []})),
+        )
+        .await;
     assert_eq!(status, 400, "{body}");
-    let (status, _) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.nope/columns",
-        &token,
-        Some(serde_json::json!({"columns": [{"name": "note", "type": "string"}]})),
-    )
-    .await;
+    let (status, _) = token
+        .http(
+            Method::POST,
+            "/v1/tables/app.nope/columns",
+            Some(serde_json::json!({"columns": [{"name": "note", "type": "string"}]})),
+        )
+        .await;
     assert_eq!(status, 404);
     assert_eq!(iceberg_columns(&warehouse), before);
 
@@ -214,46 +204,28 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
     );
 
     // Old writers (without the column) and new writers both work.
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(120..130)],
-    )
-    .await
-    .unwrap();
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events_with_note(130..160)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(120..130)]).await;
+    token
+        .put_ok("app.events", vec![events_with_note(130..160)])
+        .await;
     let want = expected(0..130, 130..160);
     assert_eq!(ids_and_notes(&server, &token).await, want);
 
     // Tier the mixed rows, drop them from the hot tier, read again; then compaction
     // rewrites old-schema files under the new schema, and the rows are unchanged.
     tier(&server, &token).await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events_with_note(160..170)],
-    )
-    .await
-    .unwrap();
+    token
+        .put_ok("app.events", vec![events_with_note(160..170)])
+        .await;
     let want = expected(0..130, 130..170);
     assert_eq!(ids_and_notes(&server, &token).await, want);
-    let (status, report) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.events/maintenance",
-        &token,
-        Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
-    )
-    .await;
+    let (status, report) = token
+        .http(
+            Method::POST,
+            "/v1/tables/app.events/maintenance",
+            Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
+        )
+        .await;
     assert_eq!(status, 200, "{report}");
     assert!(
         report["compaction"]["files_removed"].as_u64().unwrap() >= 2,
@@ -290,11 +262,8 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
 
     // The hot step fails: the Iceberg schema is set back at once.
     let server = server_failing(dir.path(), "return");
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, events_table()).await.status(),
-        201
-    );
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(events_table()).await;
     let (status, body) = add_column(
         &server,
         &token,
@@ -303,13 +272,13 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
     .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(iceberg_columns(&warehouse), original);
-    let (_, described) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &token, None).await;
+    let (_, described) = token.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(column_names(&described), original);
     server.terminate();
 
     // The process dies between the two steps: the next start sets Iceberg back.
     let server = server_failing(dir.path(), "sleep(60000)");
+    let token = token.at(&server);
     let url = server.http_url("/v1/tables/app.events/columns");
     let call = tokio::spawn({
         let token = token.clone();
@@ -333,8 +302,8 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
     server.kill9();
     let _ = call.await;
     let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
-    let (_, described) =
-        http_json(&server, Method::GET, "/v1/tables/app.events", &token, None).await;
+    let token = token.at(&server);
+    let (_, described) = token.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(column_names(&described), original);
     assert_eq!(iceberg_columns(&warehouse), original);
 

@@ -29,23 +29,13 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
             FAST_TICK[0],
         ],
     );
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, short_lived_events())
-            .await
-            .status(),
-        201
-    );
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(short_lived_events()).await;
     let mut client = server.client().await;
     for start in (0..2000).step_by(200) {
-        put(
-            &mut client,
-            &token,
-            &["app", "events"],
-            vec![events(start..start + 200)],
-        )
-        .await
-        .unwrap();
+        token
+            .put_ok("app.events", vec![events(start..start + 200)])
+            .await;
     }
 
     // A follow stream, reading as rows arrive.
@@ -107,6 +97,7 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
     let _ = tiering.await;
 
     let server = Server::start_env(dir.path(), flight, http, &FAST_TICK);
+    let token = token.at(&server);
     let shown = wait_for_state(&server, &token, &id, "verified").await;
     assert_eq!(shown["state"], "verified", "{shown}");
     let mut ids = scan_ids(&server, &token).await;
@@ -116,14 +107,9 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
         ids, kept,
         "every acknowledged row but the deleted ones, once"
     );
-    let (status, body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &token,
-        None,
-    )
-    .await;
+    let (status, body) = token
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(status, 200, "{body}");
     server.terminate();
 }

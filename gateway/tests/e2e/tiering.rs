@@ -108,7 +108,7 @@ pub(crate) async fn events_in_the_cold_tier(
     flight: std::net::SocketAddr,
     http: std::net::SocketAddr,
     ids: std::ops::Range<i64>,
-) -> (Server, String, serde_json::Value) {
+) -> (Server, Caller, serde_json::Value) {
     events_in_the_cold_tier_env(dir, flight, http, ids, &FAST_TICK).await
 }
 
@@ -119,19 +119,11 @@ pub(crate) async fn events_in_the_cold_tier_env(
     http: std::net::SocketAddr,
     ids: std::ops::Range<i64>,
     env: &[(&str, &str)],
-) -> (Server, String, serde_json::Value) {
+) -> (Server, Caller, serde_json::Value) {
     let server = Server::start_env(dir, flight, http, env);
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, short_lived_events())
-            .await
-            .status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(&mut client, &token, &["app", "events"], vec![events(ids)])
-        .await
-        .unwrap();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(short_lived_events()).await;
+    token.put_ok("app.events", vec![events(ids)]).await;
     let report = tier(&server, &token).await;
     wait_hot_purged(&server).await;
     (server, token, report)
@@ -147,57 +139,36 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     assert!(!report["files"].as_array().unwrap().is_empty());
 
     // Hot retention dropped the tiered segments; reads union both tiers.
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(200..260)],
-    )
-    .await
-    .unwrap();
+    token.put_ok("app.events", vec![events(200..260)]).await;
     assert_eq!(
         scan_ids(&server, &token).await,
         (0..260).collect::<Vec<_>>()
     );
 
     // A time range and a filter apply to both tiers.
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "columns": ["id"],
+    let batches = token
+        .rows(serde_json::json!({"table": "app.events", "columns": ["id"],
             "since": "2026-11-30T03:00:00Z", "until": "2026-11-30T03:30:00Z",
-            "filter": "id % 2 = 0"}),
-    )
-    .await
-    .unwrap();
+            "filter": "id % 2 = 0"}))
+        .await;
     assert_eq!(
         ints(&batches, "id"),
         (180..210).filter(|i| i % 2 == 0).collect::<Vec<_>>()
     );
 
     // Comparisons are pushed to the cold scan for pruning; the answer is the same.
-    let batches = get(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.events", "columns": ["id"],
-            "filter": "customer = 'c3' AND id >= 50 AND ts < '2026-11-30T04:00:00Z'"}),
-    )
-    .await
-    .unwrap();
+    let batches = token
+        .rows(serde_json::json!({"table": "app.events", "columns": ["id"],
+            "filter": "customer = 'c3' AND id >= 50 AND ts < '2026-11-30T04:00:00Z'"}))
+        .await;
     let mut got = ints(&batches, "id");
     got.sort_unstable();
     assert_eq!(got, (50..240).filter(|i| i % 5 == 3).collect::<Vec<_>>());
 
     // The status shows the watermarks and the files.
-    let (status, body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &token,
-        None,
-    )
-    .await;
+    let (status, body) = token
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["records"], 200);
     assert!(body["files"].as_u64().unwrap() >= 1);
@@ -220,14 +191,9 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     );
 
     // The boundary counters saw the spanning reads and the 30-minute range.
-    let (status, boundary) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/boundary",
-        &token,
-        None,
-    )
-    .await;
+    let (status, boundary) = token
+        .http(Method::GET, "/v1/tables/app.events/boundary", None)
+        .await;
     assert_eq!(status, 200, "{boundary}");
     assert_eq!(boundary["hot_only"], 0, "{boundary}");
     assert_eq!(boundary["spanning"], 3, "{boundary}");
@@ -237,23 +203,17 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     // A second cycle, then maintenance on demand: compaction, expiry, purge. Reads are
     // unchanged, and the status shows the fewer files.
     tier(&server, &token).await;
-    let (status, _) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &token,
-        None,
-    )
-    .await;
+    let (status, _) = token
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(status, 200);
-    let (status, report) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.events/maintenance",
-        &token,
-        Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
-    )
-    .await;
+    let (status, report) = token
+        .http(
+            Method::POST,
+            "/v1/tables/app.events/maintenance",
+            Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
+        )
+        .await;
     assert_eq!(status, 200, "{report}");
     assert!(
         report["compaction"]["files_removed"].as_u64().unwrap() >= 2,
@@ -264,14 +224,13 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
         scan_ids(&server, &token).await,
         (0..260).collect::<Vec<_>>()
     );
-    let (status, bad) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.events/maintenance",
-        &token,
-        Some(serde_json::json!({"purge_min_age": "soon"})),
-    )
-    .await;
+    let (status, bad) = token
+        .http(
+            Method::POST,
+            "/v1/tables/app.events/maintenance",
+            Some(serde_json::json!({"purge_min_age": "soon"})),
+        )
+        .await;
     assert_eq!(status, 400, "{bad}");
     server.terminate();
 }
@@ -361,22 +320,9 @@ pub(crate) async fn killed_during_tiering(point: &str, deployment: &Deployment) 
         http,
         &[("FAILPOINTS", failpoint.as_str()), FAST_TICK[0]],
     );
-    let token = server.token("alice", &["analyst"]);
-    assert_eq!(
-        create_table(&server, &token, short_lived_events())
-            .await
-            .status(),
-        201
-    );
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(0..150)],
-    )
-    .await
-    .unwrap();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(short_lived_events()).await;
+    token.put_ok("app.events", vec![events(0..150)]).await;
 
     // The forced cycle hangs in the fail point; kill -9 the server meanwhile.
     let call = spawn_forced_tier(&server, &token);
@@ -399,15 +345,8 @@ pub(crate) async fn killed_during_tiering(point: &str, deployment: &Deployment) 
     let _ = call.await;
 
     let server = deployment.start(flight, http, &FAST_TICK);
-    let mut client = server.client().await;
-    put(
-        &mut client,
-        &token,
-        &["app", "events"],
-        vec![events(150..180)],
-    )
-    .await
-    .unwrap();
+    let token = token.at(&server);
+    token.put_ok("app.events", vec![events(150..180)]).await;
     tier(&server, &token).await;
     wait_hot_purged(&server).await;
     assert_eq!(
@@ -417,23 +356,12 @@ pub(crate) async fn killed_during_tiering(point: &str, deployment: &Deployment) 
 
     // The purge removes what the killed cycle left behind: afterwards every Parquet file
     // in the warehouse is a live data file.
-    let (status, report) = http_json(
-        &server,
-        Method::POST,
-        "/v1/tables/app.events/maintenance",
-        &token,
-        Some(serde_json::json!({"compact": false, "snapshot_retention": "0s", "purge_min_age": "0s"})),
-    )
+    let (status, report) = token.http(Method::POST, "/v1/tables/app.events/maintenance", Some(serde_json::json!({"compact": false, "snapshot_retention": "0s", "purge_min_age": "0s"})))
     .await;
     assert_eq!(status, 200, "{report}");
-    let (_, status_body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/tables/app.events/tiering",
-        &token,
-        None,
-    )
-    .await;
+    let (_, status_body) = token
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
     assert_eq!(
         warehouse.count(".parquet").await as u64,
         status_body["files"].as_u64().unwrap(),
