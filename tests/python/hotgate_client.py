@@ -28,3 +28,47 @@ def http(method, path, token, body=None):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def table(namespace, name, columns, **settings):
+    """A table spec for `POST /v1/tables`. Each column is "name type", with a trailing
+    "!" when it is required and "#tag" for each tag: "id int64!", "email string #pii"."""
+    specs = []
+    for column in columns:
+        words = column.split()
+        spec = {"name": words[0], "type": words[1].rstrip("!")}
+        if words[1].endswith("!"):
+            spec["nullable"] = False
+        tags = [w[1:] for w in words[2:] if w.startswith("#")]
+        if tags:
+            spec["tags"] = tags
+        specs.append(spec)
+    return {"namespace": namespace, "name": name, "columns": specs, **settings}
+
+
+def create_table(spec, token):
+    status, body = http("POST", "/v1/tables", token, spec)
+    assert status == 201, body
+
+
+def put(client, descriptor, data, token):
+    """DoPut of the pyarrow table `data`; returns each PutResult's JSON."""
+    writer, reader = client.do_put(descriptor, data.schema, options(token))
+    writer.write_table(data)
+    writer.done_writing()
+    results = []
+    while (chunk := reader.read()) is not None:
+        if chunk.size:
+            results.append(json.loads(chunk.to_pybytes()))
+    writer.close()
+    return results
+
+
+def put_command(client, command, data, token):
+    """DoPut with a JSON command descriptor (`{"table": ..., "op": ...}`)."""
+    return put(client, flight.FlightDescriptor.for_command(json.dumps(command)), data, token)
+
+
+def get(client, token, ticket):
+    """DoGet of a JSON ticket, read whole."""
+    return client.do_get(flight.Ticket(json.dumps(ticket).encode()), options(token)).read_all()

@@ -15,48 +15,27 @@ import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pytest
 
-import hotgate_client
-from hotgate_client import FLIGHT, options
+from hotgate_client import FLIGHT, create_table, get, put, table
 
 ADMIN = os.environ["HOTGATE_ADMIN_TOKEN"]
 ANALYST = os.environ["HOTGATE_ANALYST_TOKEN"]
 AUDITOR = os.environ["HOTGATE_AUDITOR_TOKEN"]
 
-PROBE = {
-    "namespace": "gov",
-    "name": "audit_probe",
-    "columns": [
-        {"name": "id", "type": "int64", "nullable": False},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "time_column": "ts",
-    "bucket_key": "id",
-    "buckets": 1,
-}
-
-
-def get(c, token, ticket):
-    return c.do_get(flight.Ticket(json.dumps(ticket).encode()), options(token)).read_all()
+PROBE = table("gov", "audit_probe", ["id int64!", "ts timestamp_us!"], time_column="ts", bucket_key="id", buckets=1)
 
 
 @pytest.fixture(scope="module")
 def client():
-    status, body = hotgate_client.http("POST", "/v1/tables", ADMIN, PROBE)
-    assert status == 201, body
+    create_table(PROBE, ADMIN)
     c = flight.FlightClient(FLIGHT)
     start = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
-    table = pa.table(
+    rows = pa.table(
         {
             "id": pa.array(range(7), pa.int64()),
             "ts": pa.array([start + dt.timedelta(seconds=i) for i in range(7)], pa.timestamp("us", tz="UTC")),
         }
     )
-    writer, reader = c.do_put(flight.FlightDescriptor.for_path("gov", "audit_probe"), table.schema, options(ADMIN))
-    writer.write_table(table)
-    writer.done_writing()
-    while reader.read() is not None:
-        pass
-    writer.close()
+    put(c, flight.FlightDescriptor.for_path("gov", "audit_probe"), rows, ADMIN)
     return c
 
 

@@ -27,26 +27,20 @@ def http(method, path, body=None):
     return hotgate_client.http(method, path, TOKEN, body)
 
 
-ORDERS = {
-    "namespace": "sales",
-    "name": "orders",
-    "columns": [
-        {"name": "order_id", "type": "string", "nullable": False},
-        {"name": "customer_id", "type": "int64", "nullable": False},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "time_column": "ts",
-    "bucket_key": "customer_id",
-    "buckets": 8,
-    "hot_retention": "1h",
-}
+ORDERS = hotgate_client.table(
+    "sales",
+    "orders",
+    ["order_id string!", "customer_id int64!", "amount decimal(12,2)", "ts timestamp_us!"],
+    time_column="ts",
+    bucket_key="customer_id",
+    buckets=8,
+    hot_retention="1h",
+)
 
 
 @pytest.fixture(scope="module")
 def client():
-    status, body = http("POST", "/v1/tables", ORDERS)
-    assert status == 201, body
+    hotgate_client.create_table(ORDERS, TOKEN)
     return flight.FlightClient(FLIGHT)
 
 
@@ -63,18 +57,8 @@ def orders(n):
 
 
 def test_put_then_get_with_projection_and_filter(client):
-    table = orders(100)
-    writer, reader = client.do_put(flight.FlightDescriptor.for_path("sales", "orders"), table.schema, options())
-    writer.write_table(table)
-    writer.done_writing()
-    acked = 0
-    while True:
-        meta = reader.read()
-        if meta is None:
-            break
-        acked += json.loads(meta.to_pybytes())["rows"]
-    writer.close()
-    assert acked == 100
+    results = hotgate_client.put(client, flight.FlightDescriptor.for_path("sales", "orders"), orders(100), TOKEN)
+    assert sum(r["rows"] for r in results) == 100
 
     ticket = {"table": "sales.orders", "columns": ["order_id", "amount"], "filter": "amount > 90"}
     got = client.do_get(flight.Ticket(json.dumps(ticket).encode()), options()).read_all()

@@ -5,7 +5,6 @@ principal role admin) and HOTGATE_ANALYST_TOKEN (a principal whose catalog role
 """
 
 import datetime as dt
-import json
 import os
 
 import pyarrow as pa
@@ -13,7 +12,7 @@ import pyarrow.flight as flight
 import pytest
 
 import hotgate_client
-from hotgate_client import FLIGHT, options
+from hotgate_client import FLIGHT, create_table, get, options, put, table
 
 ADMIN = os.environ["HOTGATE_ADMIN_TOKEN"]
 ANALYST = os.environ["HOTGATE_ANALYST_TOKEN"]
@@ -23,26 +22,19 @@ def http(method, path, body=None, token=ADMIN):
     return hotgate_client.http(method, path, token, body)
 
 
-PATIENTS = {
-    "namespace": "gov",
-    "name": "patients",
-    "columns": [
-        {"name": "id", "type": "int64", "nullable": False},
-        {"name": "region", "type": "string", "nullable": False},
-        {"name": "email", "type": "string", "tags": ["pii"]},
-        {"name": "phone", "type": "string", "tags": ["pii"]},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "time_column": "ts",
-    "bucket_key": "id",
-    "buckets": 2,
-}
+PATIENTS = table(
+    "gov",
+    "patients",
+    ["id int64!", "region string!", "email string #pii", "phone string #pii", "ts timestamp_us!"],
+    time_column="ts",
+    bucket_key="id",
+    buckets=2,
+)
 
 
 @pytest.fixture(scope="module")
 def client():
-    status, body = http("POST", "/v1/tables", PATIENTS)
-    assert status == 201, body
+    create_table(PATIENTS, ADMIN)
     for policy in [
         {"id": "eu_only", "scope": {"table": "gov.patients"}, "to": ["py_reader"], "kind": "row_filter", "expr": "region = 'eu'"},
         {"id": "hash_email", "scope": {"tag": "pii"}, "to": ["py_reader"], "kind": "column_mask", "column": "email", "mask": "hash"},
@@ -52,7 +44,7 @@ def client():
         assert status == 201, body
     c = flight.FlightClient(FLIGHT)
     start = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
-    table = pa.table(
+    rows = pa.table(
         {
             "id": pa.array(range(6), pa.int64()),
             "region": pa.array(["eu", "us"] * 3),
@@ -61,18 +53,12 @@ def client():
             "ts": pa.array([start + dt.timedelta(seconds=i) for i in range(6)], pa.timestamp("us", tz="UTC")),
         }
     )
-    writer, reader = c.do_put(flight.FlightDescriptor.for_path("gov", "patients"), table.schema, options(ADMIN))
-    writer.write_table(table)
-    writer.done_writing()
-    while reader.read() is not None:
-        pass
-    writer.close()
+    put(c, flight.FlightDescriptor.for_path("gov", "patients"), rows, ADMIN)
     return c
 
 
 def read(c, token, **extra):
-    ticket = {"table": "gov.patients", **extra}
-    return c.do_get(flight.Ticket(json.dumps(ticket).encode()), options(token)).read_all().sort_by("id")
+    return get(c, token, {"table": "gov.patients", **extra}).sort_by("id")
 
 
 def test_analyst_sees_masked_filtered_rows_and_admin_sees_all(client):

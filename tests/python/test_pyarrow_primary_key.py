@@ -14,21 +14,16 @@ from hotgate_client import FLIGHT
 
 TOKEN = os.environ["HOTGATE_TOKEN"]
 
-PROFILES = {
-    "namespace": "crm",
-    "name": "profiles",
-    "columns": [
-        {"name": "user_id", "type": "string", "nullable": False},
-        {"name": "plan", "type": "string"},
-        {"name": "seats", "type": "int32"},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "primary_key": ["user_id"],
-    "time_column": "ts",
-    "bucket_key": "user_id",
-    "buckets": 4,
-    "hot_retention": "1h",
-}
+PROFILES = hotgate_client.table(
+    "crm",
+    "profiles",
+    ["user_id string!", "plan string", "seats int32", "ts timestamp_us!"],
+    primary_key=["user_id"],
+    time_column="ts",
+    bucket_key="user_id",
+    buckets=4,
+    hot_retention="1h",
+)
 
 START = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
 
@@ -39,8 +34,7 @@ def options():
 
 @pytest.fixture(scope="module")
 def client():
-    status, body = hotgate_client.http("POST", "/v1/tables", TOKEN, PROFILES)
-    assert status == 201, body
+    hotgate_client.create_table(PROFILES, TOKEN)
     return flight.FlightClient(FLIGHT)
 
 
@@ -48,18 +42,7 @@ def put(client, table, op=None):
     command = {"table": "crm.profiles"}
     if op is not None:
         command["op"] = op
-    descriptor = flight.FlightDescriptor.for_command(json.dumps(command))
-    writer, reader = client.do_put(descriptor, table.schema, options())
-    writer.write_table(table)
-    writer.done_writing()
-    results = []
-    while True:
-        meta = reader.read()
-        if meta is None:
-            break
-        results.append(json.loads(meta.to_pybytes()))
-    writer.close()
-    return results
+    return hotgate_client.put_command(client, command, table, TOKEN)
 
 
 def profiles(rows):

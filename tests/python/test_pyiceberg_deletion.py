@@ -33,33 +33,24 @@ SUBJECT = "subj-7f3a9c"
 OTHERS = [f"subj-other-{i:02}" for i in range(15)]
 USERS = [SUBJECT] + OTHERS
 
-VISITS = {
-    "namespace": "erase",
-    "name": "visits",
-    "columns": [
-        {"name": "id", "type": "int64", "nullable": False},
-        {"name": "user_id", "type": "string", "nullable": False},
-        {"name": "page", "type": "string"},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "time_column": "ts",
-    "bucket_key": "user_id",
-    "buckets": 4,
-}
+VISITS = hotgate_client.table(
+    "erase",
+    "visits",
+    ["id int64!", "user_id string!", "page string", "ts timestamp_us!"],
+    time_column="ts",
+    bucket_key="user_id",
+    buckets=4,
+)
 
-PROFILES = {
-    "namespace": "erase",
-    "name": "profiles",
-    "columns": [
-        {"name": "user_id", "type": "string", "nullable": False},
-        {"name": "plan", "type": "string"},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "primary_key": ["user_id"],
-    "time_column": "ts",
-    "bucket_key": "user_id",
-    "buckets": 4,
-}
+PROFILES = hotgate_client.table(
+    "erase",
+    "profiles",
+    ["user_id string!", "plan string", "ts timestamp_us!"],
+    primary_key=["user_id"],
+    time_column="ts",
+    bucket_key="user_id",
+    buckets=4,
+)
 
 START = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
 
@@ -69,14 +60,7 @@ def catalog():
 
 
 def do_put(client, command, table):
-    writer, reader = client.do_put(
-        flight.FlightDescriptor.for_command(json.dumps(command)), table.schema, hotgate_client.options(TOKEN)
-    )
-    writer.write_table(table)
-    writer.done_writing()
-    while reader.read() is not None:
-        pass
-    writer.close()
+    hotgate_client.put_command(client, command, table, TOKEN)
 
 
 def visits(first, count):
@@ -150,8 +134,7 @@ def wait_verified(request_id):
 @pytest.fixture(scope="module")
 def client():
     for spec in (VISITS, PROFILES):
-        status, body = hotgate_client.http("POST", "/v1/tables", TOKEN, spec)
-        assert status == 201, body
+        hotgate_client.create_table(spec, TOKEN)
     return flight.FlightClient(FLIGHT)
 
 

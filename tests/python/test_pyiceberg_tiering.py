@@ -4,7 +4,6 @@ The rows equal what was written, the partition spec is day/bucket, and pyiceberg
 BucketTransform puts every sampled key in the bucket the hot tier acknowledged for it."""
 
 import datetime as dt
-import json
 import os
 
 import pyarrow as pa
@@ -20,19 +19,14 @@ from hotgate_client import FLIGHT
 TOKEN = os.environ["HOTGATE_TOKEN"]
 DATA_DIR = os.environ["HOTGATE_DATA_DIR"]
 
-CLICKS = {
-    "namespace": "lake",
-    "name": "clicks",
-    "columns": [
-        {"name": "id", "type": "int64", "nullable": False},
-        {"name": "user_id", "type": "string", "nullable": False},
-        {"name": "email", "type": "string", "tags": ["pii"]},
-        {"name": "ts", "type": "timestamp_us", "nullable": False},
-    ],
-    "time_column": "ts",
-    "bucket_key": "user_id",
-    "buckets": 8,
-}
+CLICKS = hotgate_client.table(
+    "lake",
+    "clicks",
+    ["id int64!", "user_id string!", "email string #pii", "ts timestamp_us!"],
+    time_column="ts",
+    bucket_key="user_id",
+    buckets=8,
+)
 
 START = dt.datetime(2026, 11, 29, 22, 0, tzinfo=dt.timezone.utc)
 
@@ -46,21 +40,11 @@ def put(client, rows):
             "ts": pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
         }
     )
-    writer, reader = client.do_put(
-        flight.FlightDescriptor.for_path("lake", "clicks"), table.schema, hotgate_client.options(TOKEN)
-    )
-    writer.write_table(table)
-    writer.done_writing()
-    acks = []
-    while (meta := reader.read()) is not None:
-        acks.append(json.loads(meta.to_pybytes()))
-    writer.close()
-    return acks
+    return hotgate_client.put(client, flight.FlightDescriptor.for_path("lake", "clicks"), table, TOKEN)
 
 
 def test_pyiceberg_reads_the_tiered_table():
-    status, body = hotgate_client.http("POST", "/v1/tables", TOKEN, CLICKS)
-    assert status == 201, body
+    hotgate_client.create_table(CLICKS, TOKEN)
     client = flight.FlightClient(FLIGHT)
     # 240 rows over two days, one user per batch, so each ack names that user's bucket.
     written = []
@@ -173,19 +157,10 @@ def test_pyiceberg_reads_compaction_and_an_added_column():
 def test_pyiceberg_reads_a_tiered_primary_key_table():
     """A primary-key table tiers as bucket dumps: pyiceberg sees the current state, one
     row per key, with no delete files."""
-    accounts = {
-        "namespace": "lake",
-        "name": "accounts",
-        "columns": [
-            {"name": "id", "type": "int64", "nullable": False},
-            {"name": "balance", "type": "int64"},
-        ],
-        "primary_key": ["id"],
-        "bucket_key": "id",
-        "buckets": 4,
-    }
-    status, body = hotgate_client.http("POST", "/v1/tables", TOKEN, accounts)
-    assert status == 201, body
+    accounts = hotgate_client.table(
+        "lake", "accounts", ["id int64!", "balance int64"], primary_key=["id"], bucket_key="id", buckets=4
+    )
+    hotgate_client.create_table(accounts, TOKEN)
     client = flight.FlightClient(FLIGHT)
 
     def change(ids, balances=None, op=None):
@@ -196,14 +171,7 @@ def test_pyiceberg_reads_a_tiered_primary_key_table():
         command = {"table": "lake.accounts"}
         if op:
             command["op"] = op
-        writer, reader = client.do_put(
-            flight.FlightDescriptor.for_command(json.dumps(command)), data.schema, hotgate_client.options(TOKEN)
-        )
-        writer.write_table(data)
-        writer.done_writing()
-        while reader.read() is not None:
-            pass
-        writer.close()
+        hotgate_client.put_command(client, command, data, TOKEN)
 
     change(list(range(100)), [i * 10 for i in range(100)])
     assert hotgate_client.http("POST", "/v1/tables/lake.accounts/tier", TOKEN)[0] == 200
@@ -228,16 +196,7 @@ def test_pyiceberg_reads_a_tiered_primary_key_table():
     )
     assert status == 200, body
     data = pa.table({"id": pa.array([0], pa.int64()), "note": pa.array(["vip"], pa.string())})
-    writer, reader = client.do_put(
-        flight.FlightDescriptor.for_command(json.dumps({"table": "lake.accounts"})),
-        data.schema,
-        hotgate_client.options(TOKEN),
-    )
-    writer.write_table(data)
-    writer.done_writing()
-    while reader.read() is not None:
-        pass
-    writer.close()
+    hotgate_client.put_command(client, {"table": "lake.accounts"}, data, TOKEN)
     status, report = hotgate_client.http("POST", "/v1/tables/lake.accounts/tier", TOKEN)
     assert status == 200, report
     table = catalog().load_table("lake.accounts")

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
+use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::{
     ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
@@ -23,6 +23,26 @@ pub fn batch<'a>(columns: impl IntoIterator<Item = (&'a str, ArrayRef)>) -> Reco
     RecordBatch::try_from_iter(columns).expect("columns of one length")
 }
 
+/// `batch` with one more column (nullable) at the end; its name may repeat one of
+/// `batch`'s, for tests of a column sent twice.
+pub fn with_column(batch: &RecordBatch, name: &str, column: ArrayRef) -> RecordBatch {
+    let mut fields: Vec<arrow_schema::Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(arrow_schema::Field::new(
+        name,
+        column.data_type().clone(),
+        true,
+    ));
+    let mut columns = batch.columns().to_vec();
+    columns.push(column);
+    RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
+        .expect("a column of the batch's length")
+}
+
 /// An `int64` column.
 pub fn int64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
     Arc::new(Int64Array::from_iter_values(values))
@@ -31,6 +51,11 @@ pub fn int64s(values: impl IntoIterator<Item = i64>) -> ArrayRef {
 /// A `float64` column.
 pub fn float64s(values: impl IntoIterator<Item = f64>) -> ArrayRef {
     Arc::new(Float64Array::from_iter_values(values))
+}
+
+/// A nullable `float64` column.
+pub fn opt_float64s(values: impl IntoIterator<Item = Option<f64>>) -> ArrayRef {
+    Arc::new(Float64Array::from_iter(values))
 }
 
 /// A `string` column.
@@ -53,13 +78,53 @@ pub fn int64_values(batches: &[RecordBatch], column: &str) -> Vec<i64> {
     batches
         .iter()
         .flat_map(|b| {
-            b.column_by_name(column)
-                .unwrap_or_else(|| panic!("no column {column:?} in {:?}", b.schema()))
+            column_of(b, column)
                 .as_primitive::<Int64Type>()
                 .values()
                 .to_vec()
         })
         .collect()
+}
+
+/// The values of an `int64` column across batches, in order (`None` for nulls).
+pub fn opt_int64_values(batches: &[RecordBatch], column: &str) -> Vec<Option<i64>> {
+    batches
+        .iter()
+        .flat_map(|b| column_of(b, column).as_primitive::<Int64Type>().iter())
+        .collect()
+}
+
+/// The values of a `float64` column across batches, in order.
+pub fn float64_values(batches: &[RecordBatch], column: &str) -> Vec<f64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            column_of(b, column)
+                .as_primitive::<Float64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+/// The names of a result's columns.
+pub fn column_names(batches: &[RecordBatch]) -> Vec<String> {
+    batches
+        .first()
+        .map(|b| {
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn column_of<'a>(batch: &'a RecordBatch, column: &str) -> &'a ArrayRef {
+    batch
+        .column_by_name(column)
+        .unwrap_or_else(|| panic!("no column {column:?} in {:?}", batch.schema()))
 }
 
 /// The values of an `int64` column across batches, sorted.
@@ -74,10 +139,7 @@ pub fn string_values(batches: &[RecordBatch], column: &str) -> Vec<Option<String
     batches
         .iter()
         .flat_map(|b| {
-            let array = b
-                .column_by_name(column)
-                .unwrap_or_else(|| panic!("no column {column:?} in {:?}", b.schema()));
-            arrow_cast::cast(array, &arrow_schema::DataType::Utf8)
+            arrow_cast::cast(column_of(b, column), &arrow_schema::DataType::Utf8)
                 .expect("a column castable to text")
                 .as_string::<i32>()
                 .iter()

@@ -1,7 +1,7 @@
 //! Calls to a running server: Flight (DoPut, DoGet) and HTTP, as a given principal.
 
 use arrow_array::RecordBatch;
-use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder, FlightRecordBatchStream};
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightDescriptor, Ticket};
@@ -87,6 +87,33 @@ pub async fn put(
     batches: Vec<RecordBatch>,
 ) -> Result<Vec<serde_json::Value>, tonic::Status> {
     let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
+    put_to(client, token, descriptor, batches).await
+}
+
+/// DoPut of `batches` with a JSON command descriptor (`{"table": .., "op": ..}`);
+/// returns each PutResult's JSON.
+pub async fn put_cmd(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    cmd: serde_json::Value,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<serde_json::Value>, tonic::Status> {
+    put_to(
+        client,
+        token,
+        FlightDescriptor::new_cmd(cmd.to_string()),
+        batches,
+    )
+    .await
+}
+
+/// DoPut of `batches` to `descriptor`; returns each PutResult's JSON.
+pub async fn put_to(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    descriptor: FlightDescriptor,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<serde_json::Value>, tonic::Status> {
     let data: Vec<_> = FlightDataEncoderBuilder::new()
         .with_flight_descriptor(Some(descriptor))
         .build(futures::stream::iter(batches.into_iter().map(Ok)))
@@ -124,6 +151,36 @@ pub async fn get(
             arrow_flight::error::FlightError::Tonic(s) => *s,
             other => tonic::Status::internal(other.to_string()),
         })
+}
+
+/// DoGet of a JSON ticket; returns the batches and every non-empty `app_metadata`
+/// (lookups report what they found there).
+pub async fn get_with_metadata(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    ticket: serde_json::Value,
+) -> Result<(Vec<RecordBatch>, Vec<serde_json::Value>), tonic::Status> {
+    let response = client
+        .do_get(with_token(Ticket::new(ticket.to_string()), token))
+        .await?;
+    let stream = response
+        .into_inner()
+        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
+    let mut decoder = FlightDataDecoder::new(stream);
+    let (mut batches, mut metadata) = (Vec::new(), Vec::new());
+    while let Some(item) = decoder.next().await {
+        let item = item.map_err(|e| match e {
+            arrow_flight::error::FlightError::Tonic(s) => *s,
+            other => tonic::Status::internal(other.to_string()),
+        })?;
+        if !item.inner.app_metadata.is_empty() {
+            metadata.push(serde_json::from_slice(&item.inner.app_metadata).unwrap());
+        }
+        if let DecodedPayload::RecordBatch(b) = item.payload {
+            batches.push(b);
+        }
+    }
+    Ok((batches, metadata))
 }
 
 /// Asserts that a call failed with `code` and a message containing `needle`; returns
@@ -202,6 +259,23 @@ impl Caller {
         put(&mut self.flight.clone(), &self.token, &path, batches).await
     }
 
+    /// DoPut of `batches` with a JSON command descriptor (see [`put_cmd`]).
+    pub async fn put_cmd(
+        &self,
+        cmd: serde_json::Value,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<serde_json::Value>, tonic::Status> {
+        put_cmd(&mut self.flight.clone(), &self.token, cmd, batches).await
+    }
+
+    /// DoGet of a JSON ticket with its `app_metadata` (see [`get_with_metadata`]).
+    pub async fn get_with_metadata(
+        &self,
+        ticket: serde_json::Value,
+    ) -> Result<(Vec<RecordBatch>, Vec<serde_json::Value>), tonic::Status> {
+        get_with_metadata(&mut self.flight.clone(), &self.token, ticket).await
+    }
+
     /// DoPut of `batches` to `table`, which must succeed; returns each PutResult.
     pub async fn put_ok(&self, table: &str, batches: Vec<RecordBatch>) -> Vec<serde_json::Value> {
         self.put(table, batches)
@@ -247,6 +321,18 @@ impl Caller {
         body: serde_json::Value,
     ) -> (reqwest::StatusCode, serde_json::Value) {
         self.http(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// The audit records matching `query` (newest first, at most 1000), through
+    /// `GET /v1/audit`.
+    pub async fn audit_records(&self, query: &str) -> Vec<serde_json::Value> {
+        let body = self
+            .http_get(&format!("/v1/audit?limit=1000&{query}"))
+            .await;
+        body["records"]
+            .as_array()
+            .expect("a list of records")
+            .clone()
     }
 
     /// Creates a table (`POST /v1/tables`), which must answer 201.

@@ -20,17 +20,7 @@ fn audit_table() -> TableName {
 
 /// Records matching `query` (newest first), read as root through `GET /v1/audit`.
 async fn audit_records(server: &Server, query: &str) -> Vec<Value> {
-    let root = server.caller("root", &["admin"]);
-    let (status, body) = http_json(
-        server,
-        Method::GET,
-        &format!("/v1/audit?limit=1000&{query}"),
-        &root,
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    body["records"].as_array().unwrap().clone()
+    server.caller("root", &["admin"]).audit_records(query).await
 }
 
 /// Waits until `query` matches at least `n` records (completion records are written
@@ -285,12 +275,7 @@ async fn reads_fail_closed_when_the_audit_cannot_be_written() {
     server.terminate();
 
     // The same data dir, with every audit append failing.
-    let server = Server::start_env(
-        dir.path(),
-        free_addr(),
-        free_addr(),
-        &[("FAILPOINTS", "audit-append=return")],
-    );
+    let server = Server::start_vars(dir.path(), &[("FAILPOINTS", "audit-append=return")]);
     let alice = alice.at(&server);
     let mut client = server.client().await;
     let e = alice.get(json!({"table": "app.events"})).await.unwrap_err();
@@ -430,12 +415,7 @@ fn copy_dir(from: &Path, to: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_pinpoints_damage_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(
-        dir.path(),
-        free_addr(),
-        free_addr(),
-        &[("HOTGATE_AUDIT_CHECKPOINT_EVERY", "4")],
-    );
+    let server = Server::start_vars(dir.path(), &[("HOTGATE_AUDIT_CHECKPOINT_EVERY", "4")]);
     let alice = server.caller("alice", &["analyst"]);
     alice.create_table(events_table()).await;
     alice.put_ok("app.events", vec![events(0..10)]).await;

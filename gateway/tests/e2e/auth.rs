@@ -130,7 +130,7 @@ async fn external_issuer_keys_come_from_a_jwks_url() {
         ("HOTGATE_AUTH_ISSUER", "https://idp.example"),
         ("HOTGATE_AUTH_AUDIENCE", "hotgate-prod"),
     ];
-    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &env);
+    let server = Server::start_vars(dir.path(), &env);
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some("idp-1".into());
     let claims = serde_json::json!({"sub": "svc-ingest", "scope": "PRINCIPAL_ROLE:ingest",

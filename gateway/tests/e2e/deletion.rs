@@ -93,14 +93,8 @@ pub(crate) async fn wait_for_state(
 ) -> serde_json::Value {
     let start = std::time::Instant::now();
     loop {
-        let (status, shown) = http_json(
-            server,
-            Method::GET,
-            &format!("/v1/deletions/{id}"),
-            token,
-            None,
-        )
-        .await;
+        let path = format!("/v1/deletions/{id}");
+        let (status, shown) = http_json(server, Method::GET, &path, token, None).await;
         assert_eq!(status, 200, "{shown}");
         let order = [
             "accepted",
@@ -264,10 +258,8 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_a_running_cycle_read_before_acceptance_never_reappear() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(
+    let server = Server::start_vars(
         dir.path(),
-        free_addr(),
-        free_addr(),
         &[
             ("FAILPOINTS", "tier-before-commit=sleep(3000)"),
             FAST_TICK[0],
@@ -394,29 +386,12 @@ async fn a_deletion_killed_in_each_state_resumes_and_verifies() {
 /// loses its row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_searches_the_shared_state_for_its_own_table_only() {
-    use std::sync::Arc;
-
-    use arrow_array::StringArray;
-    use arrow_schema::{DataType, Field, Schema};
-
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
+    let server = Server::start_vars(dir.path(), &FAST_TICK);
     let token = server.caller("alice", &["analyst"]);
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("user_id", DataType::Utf8, false),
-        Field::new("note", DataType::Utf8, true),
-    ]));
     let batch = |users: Vec<String>, notes: Vec<String>| {
-        arrow_array::RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![
-                Arc::new(StringArray::from(users)),
-                Arc::new(StringArray::from(notes)),
-            ],
-        )
-        .unwrap()
+        batch([("user_id", strings(users)), ("note", strings(notes))])
     };
-    let mut client = server.client().await;
     for table in ["people", "contacts"] {
         let spec = serde_json::json!({"namespace": "app", "name": table,
             "columns": [{"name": "user_id", "type": "string", "nullable": false},
@@ -425,14 +400,9 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
         token.create_table(spec).await;
         let users = vec!["subject-alpha".to_owned(), format!("other-of-{table}")];
         let notes = users.iter().map(|u| format!("{table} of {u}")).collect();
-        put(
-            &mut client,
-            &token,
-            &["app", table],
-            vec![batch(users, notes)],
-        )
-        .await
-        .unwrap();
+        token
+            .put_ok(&format!("app.{table}"), vec![batch(users, notes)])
+            .await;
     }
     // Fill both memtables (8 MiB each) so RocksDB flushes them, the subject's rows
     // included, into SST files.
@@ -451,14 +421,10 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
         for round in 0..10 {
             let users: Vec<String> = (0..16).map(|i| format!("filler-{round}-{i}")).collect();
             let notes = users.iter().map(|_| letters(64 << 10)).collect();
-            put(
-                &mut client,
-                &token,
-                &["app", table],
-                vec![batch(users, notes)],
-            )
-            .await
-            .unwrap();
+            token
+                .put(&format!("app.{table}"), vec![batch(users, notes)])
+                .await
+                .unwrap();
         }
     }
     // Rows are stored in the arrow row format, which cuts strings into blocks: the

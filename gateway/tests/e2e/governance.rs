@@ -5,12 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
-use arrow_array::{
-    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::{Criteria, FlightDescriptor, Ticket};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_schema::Schema;
 use futures::{StreamExt, TryStreamExt};
 use reqwest::{Method, StatusCode};
 use tonic::Code;
@@ -33,37 +31,22 @@ fn orders_table(namespace: &str, name: &str) -> serde_json::Value {
 }
 
 fn orders(ids: &[i64]) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("region", DataType::Utf8, false),
-        Field::new("email", DataType::Utf8, true),
-        Field::new("card", DataType::Utf8, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
+    batch([
+        ("id", int64s(ids.iter().copied())),
+        (
+            "region",
+            hotgate_testkit::strings(ids.iter().map(|i| if i % 2 == 0 { "eu" } else { "us" })),
         ),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| if i % 2 == 0 { "eu" } else { "us" }),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| format!("user{i}@example.com")),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| format!("4111-0000-0000-{i:04}")),
-            )),
-            Arc::new(
-                TimestampMicrosecondArray::from_iter_values(ids.iter().map(|i| T0 + i))
-                    .with_timezone("UTC"),
-            ),
-        ],
-    )
-    .unwrap()
+        (
+            "email",
+            hotgate_testkit::strings(ids.iter().map(|i| format!("user{i}@example.com"))),
+        ),
+        (
+            "card",
+            hotgate_testkit::strings(ids.iter().map(|i| format!("4111-0000-0000-{i:04}"))),
+        ),
+        ("ts", timestamps(ids.iter().map(|i| T0 + i))),
+    ])
 }
 
 fn strings(batches: &[RecordBatch], column: &str) -> Vec<Option<String>> {
@@ -270,23 +253,15 @@ async fn authorization_matrix_through_flight() {
     .await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     // Admin routes need CATALOG_MANAGE_ACCESS.
-    let (s, _) = http_json(
-        &server,
-        Method::GET,
-        "/v1/grants",
-        &server.token("p_content", &["ALL"]),
-        None,
-    )
-    .await;
+    let (s, _) = server
+        .caller("p_content", &["ALL"])
+        .http(Method::GET, "/v1/grants", None)
+        .await;
     assert_eq!(s, StatusCode::FORBIDDEN);
-    let (s, body) = http_json(
-        &server,
-        Method::GET,
-        "/v1/grants",
-        &server.token("p_access", &["ALL"]),
-        None,
-    )
-    .await;
+    let (s, body) = server
+        .caller("p_access", &["ALL"])
+        .http(Method::GET, "/v1/grants", None)
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(body["status"]["version"], 1);
 }
@@ -327,9 +302,9 @@ async fn policies_shape_what_each_role_sees() {
         .await;
     let policy = |body: serde_json::Value| {
         let server = &server;
-        let root = root.at(&server);
+        let root = root.at(server);
         let root = root.clone();
-        async move { http_json(server, Method::POST, "/v1/policies", &root, Some(body)).await }
+        async move { root.http(Method::POST, "/v1/policies", Some(body)).await }
     };
     let (s, b) = policy(serde_json::json!({"id":"eu_rows","scope":{"table":"sales.orders"},"to":["eu_analyst"],"kind":"row_filter","expr":"region = 'eu'"})).await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
@@ -519,27 +494,13 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
     );
     let sentinel = "SENTINEL-drop-7f3a9c1e";
     let email = "clear-email-5b2d@example.com";
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("email", DataType::Utf8, true),
-        Field::new("password", DataType::Utf8, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef,
-            Arc::new(StringArray::from(vec![Some(email), None])),
-            Arc::new(StringArray::from(vec![sentinel, sentinel])),
-            Arc::new(TimestampMicrosecondArray::from(vec![T0, T0 + 1]).with_timezone("UTC")),
-        ],
-    )
-    .unwrap();
-    token.put_ok("app.signups", vec![batch]).await;
+    let signups = batch([
+        ("id", int64s([1, 2])),
+        ("email", opt_strings([Some(email), None])),
+        ("password", hotgate_testkit::strings([sentinel, sentinel])),
+        ("ts", timestamps([T0, T0 + 1])),
+    ]);
+    token.put_ok("app.signups", vec![signups]).await;
     // A hash column sent as a non-string is refused and writes nothing.
     let bad = RecordBatch::try_from_iter([
         ("id", Arc::new(Int64Array::from(vec![3])) as ArrayRef),
@@ -598,12 +559,7 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
     let dir = tempfile::tempdir().unwrap();
     write_grants(dir.path(), &policy_grants());
     // No periodic refresh: only the forced sync below changes the mirror.
-    let server = Server::start_env(
-        dir.path(),
-        free_addr(),
-        free_addr(),
-        &[("HOTGATE_GRANTS_REFRESH", "0s")],
-    );
+    let server = Server::start_vars(dir.path(), &[("HOTGATE_GRANTS_REFRESH", "0s")]);
     let root = server.caller("root", &["admin"]);
     create_table(&server, &root, orders_table("sales", "orders")).await;
     let mut client = server.client().await;
@@ -864,10 +820,8 @@ async fn polaris_source_mirrors_syncs_reports_drift_and_fails_closed_when_stale(
     let stub = polaris_stub::start(policy_grants()).await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}", stub.addr);
-    let server = Server::start_env(
+    let server = Server::start_vars(
         dir.path(),
-        free_addr(),
-        free_addr(),
         &[
             ("HOTGATE_GRANTS_SOURCE", "polaris"),
             ("HOTGATE_GRANTS_POLARIS_URL", &url),

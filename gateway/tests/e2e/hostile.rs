@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
 use arrow_flight::FlightDescriptor;
-use arrow_schema::{Field, Schema};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -299,23 +298,7 @@ async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded()
     let (status, _) = http_raw(&server, Method::POST, "/v1/policies", None, "{").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    let records = |query: &'static str| {
-        let server = &server;
-        let root = root.clone();
-        async move {
-            let (status, body) = http_json(
-                server,
-                Method::GET,
-                &format!("/v1/audit?limit=1000&{query}"),
-                &root,
-                None,
-            )
-            .await;
-            assert_eq!(status, 200, "{body}");
-            body["records"].as_array().unwrap().clone()
-        }
-    };
-    let denied = records("decision=deny").await;
+    let denied = root.audit_records("decision=deny").await;
     let count = |principal: &str, action: &str, reason: &str| {
         denied
             .iter()
@@ -357,16 +340,7 @@ async fn a_batch_with_a_column_twice_is_refused_and_stores_nothing() {
     let alice = server.caller("alice", &["writer"]);
     alice.create_table(events_table()).await;
     let good = events(0..3);
-    let mut fields: Vec<Field> = good
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(fields[2].clone());
-    let mut columns = good.columns().to_vec();
-    columns.push(Arc::clone(&columns[2]));
-    let twice = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let twice = with_column(&good, "amount", Arc::clone(good.column(2)));
     let err = alice.put("app.events", vec![twice]).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(
@@ -531,10 +505,8 @@ async fn the_access_report_flags_a_writer_that_reads_unfiltered() {
 async fn a_call_that_panics_fails_alone_and_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
     write_grants(dir.path(), &content_grants());
-    let server = Server::start_env(
+    let server = Server::start_vars(
         dir.path(),
-        free_addr(),
-        free_addr(),
         &[("FAILPOINTS", "open-read=panic;describe-table=panic")],
     );
     let alice = server.caller("alice", &["writer"]);

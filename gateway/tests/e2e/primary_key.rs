@@ -9,11 +9,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType, UInt32Type};
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_array::{TimestampMicrosecondArray, UInt32Array};
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
-use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::Ticket;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{FlightDescriptor, Ticket};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_schema::{DataType, Field, Schema};
 use futures::{StreamExt, TryStreamExt};
 use tonic::transport::Channel;
 
@@ -34,61 +32,19 @@ fn accounts_table() -> serde_json::Value {
 }
 
 fn accounts(rows: &[(i64, f64)]) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("owner", DataType::Utf8, true),
-        Field::new("balance", DataType::Float64, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
+    batch([
+        ("id", int64s(rows.iter().map(|r| r.0))),
+        (
+            "owner",
+            hotgate_testkit::strings(rows.iter().map(|r| format!("owner-{}", r.0))),
         ),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| format!("owner-{}", r.0)),
-            )),
-            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.1))),
-            Arc::new(
-                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| T0 + r.0))
-                    .with_timezone("UTC"),
-            ),
-        ],
-    )
-    .unwrap()
+        ("balance", float64s(rows.iter().map(|r| r.1))),
+        ("ts", timestamps(rows.iter().map(|r| T0 + r.0))),
+    ])
 }
 
 fn ids_only(ids: &[i64]) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap()
-}
-
-/// DoPut with a JSON command descriptor; returns each PutResult's JSON.
-async fn put_cmd(
-    client: &mut FlightServiceClient<Channel>,
-    token: &str,
-    cmd: serde_json::Value,
-    batches: Vec<RecordBatch>,
-) -> Result<Vec<serde_json::Value>, tonic::Status> {
-    let descriptor = FlightDescriptor::new_cmd(cmd.to_string());
-    let data: Vec<_> = FlightDataEncoderBuilder::new()
-        .with_flight_descriptor(Some(descriptor))
-        .build(futures::stream::iter(batches.into_iter().map(Ok)))
-        .try_collect()
-        .await
-        .unwrap();
-    let response = client
-        .do_put(with_token(futures::stream::iter(data), token))
-        .await?;
-    let mut out = Vec::new();
-    let mut stream = response.into_inner();
-    while let Some(r) = stream.next().await {
-        out.push(serde_json::from_slice(&r?.app_metadata).unwrap());
-    }
-    Ok(out)
+    batch([("id", int64s(ids.iter().copied()))])
 }
 
 async fn upsert(client: &mut FlightServiceClient<Channel>, token: &str, rows: &[(i64, f64)]) {
@@ -102,35 +58,6 @@ async fn upsert(client: &mut FlightServiceClient<Channel>, token: &str, rows: &[
     .unwrap();
 }
 
-/// DoGet returning the batches and every non-empty `app_metadata`.
-async fn get_with_metadata(
-    client: &mut FlightServiceClient<Channel>,
-    token: &str,
-    ticket: serde_json::Value,
-) -> Result<(Vec<RecordBatch>, Vec<serde_json::Value>), tonic::Status> {
-    let response = client
-        .do_get(with_token(Ticket::new(ticket.to_string()), token))
-        .await?;
-    let stream = response
-        .into_inner()
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
-    let mut decoder = FlightDataDecoder::new(stream);
-    let (mut batches, mut metadata) = (Vec::new(), Vec::new());
-    while let Some(item) = decoder.next().await {
-        let item = item.map_err(|e| match e {
-            arrow_flight::error::FlightError::Tonic(s) => *s,
-            other => tonic::Status::internal(other.to_string()),
-        })?;
-        if !item.inner.app_metadata.is_empty() {
-            metadata.push(serde_json::from_slice(&item.inner.app_metadata).unwrap());
-        }
-        if let DecodedPayload::RecordBatch(b) = item.payload {
-            batches.push(b);
-        }
-    }
-    Ok((batches, metadata))
-}
-
 fn strings(batches: &[RecordBatch], column: &str) -> Vec<String> {
     batches
         .iter()
@@ -139,32 +66,6 @@ fn strings(batches: &[RecordBatch], column: &str) -> Vec<String> {
             (0..c.len())
                 .map(|i| c.value(i).to_owned())
                 .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn column_i64(batches: &[RecordBatch], column: &str) -> Vec<Option<i64>> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            b.column_by_name(column)
-                .unwrap()
-                .as_primitive::<Int64Type>()
-                .iter()
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn column_f64(batches: &[RecordBatch], column: &str) -> Vec<f64> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            b.column_by_name(column)
-                .unwrap()
-                .as_primitive::<Float64Type>()
-                .values()
-                .to_vec()
         })
         .collect()
 }
@@ -236,12 +137,12 @@ async fn insert_update_delete_leave_exact_changelog_records() {
         ]
     );
     assert_eq!(strings(&log, "_change"), ["+I", "-U", "+U", "-D"]);
-    assert_eq!(column_i64(&log, "id"), [Some(7); 4]);
+    assert_eq!(opt_int64_values(&log, "id"), [Some(7); 4]);
     // -U carries the before image, +U the after image, -D the deleted row.
-    assert_eq!(column_f64(&log, "balance"), [10.0, 10.0, 20.0, 20.0]);
+    assert_eq!(float64_values(&log, "balance"), [10.0, 10.0, 20.0, 20.0]);
     assert_eq!(strings(&log, "owner"), ["owner-7"; 4]);
     assert_eq!(
-        column_i64(&log, "_offset"),
+        opt_int64_values(&log, "_offset"),
         [Some(0), Some(1), Some(2), Some(3)]
     );
     let buckets: Vec<u32> = log
@@ -315,8 +216,11 @@ async fn lookups_and_scans_read_the_current_state() {
     )
     .await
     .unwrap();
-    assert_eq!(column_i64(&batches, "id"), [Some(5), Some(3), Some(5)]);
-    assert_eq!(column_f64(&batches, "balance"), [500.0, 3.0, 500.0]);
+    assert_eq!(
+        opt_int64_values(&batches, "id"),
+        [Some(5), Some(3), Some(5)]
+    );
+    assert_eq!(float64_values(&batches, "balance"), [500.0, 3.0, 500.0]);
     assert_eq!(batches[0].num_columns(), 2);
     assert_eq!(
         meta,
@@ -343,7 +247,10 @@ async fn lookups_and_scans_read_the_current_state() {
                            "filter": "balance >= 190 OR id = 5"}),
         )
         .await;
-    let mut ids: Vec<i64> = column_i64(&scan, "id").into_iter().flatten().collect();
+    let mut ids: Vec<i64> = opt_int64_values(&scan, "id")
+        .into_iter()
+        .flatten()
+        .collect();
     ids.sort();
     assert_eq!(ids, [5, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199]);
     let all = token
@@ -358,7 +265,10 @@ async fn lookups_and_scans_read_the_current_state() {
                            "until": "2026-11-30T00:00:00.000198Z"}),
         )
         .await;
-    let mut ids: Vec<i64> = column_i64(&recent, "id").into_iter().flatten().collect();
+    let mut ids: Vec<i64> = opt_int64_values(&recent, "id")
+        .into_iter()
+        .flatten()
+        .collect();
     ids.sort();
     assert_eq!(ids, [195, 196, 197]);
 
@@ -475,7 +385,7 @@ async fn bad_changes_are_refused_and_write_nothing() {
         .rows(serde_json::json!({"table": "app.accounts", "changelog": {"from": "earliest"}}))
         .await;
     assert_eq!(strings(&log, "_change"), ["+I"]);
-    assert_eq!(column_i64(&log, "id"), [Some(1)]);
+    assert_eq!(opt_int64_values(&log, "id"), [Some(1)]);
 
     // A primary key without the bucket key is refused at creation.
     let mut bad = accounts_table();
@@ -872,7 +782,10 @@ async fn a_large_lookup_is_split_into_grpc_sized_messages() {
     .await
     .unwrap();
     assert!(batches.len() > 1, "one message of {} rows", n);
-    let ids: Vec<i64> = column_i64(&batches, "id").into_iter().flatten().collect();
+    let ids: Vec<i64> = opt_int64_values(&batches, "id")
+        .into_iter()
+        .flatten()
+        .collect();
     assert_eq!(ids, (0..n).collect::<Vec<_>>());
     assert_eq!(
         meta,
@@ -885,10 +798,8 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     let dir = tempfile::tempdir().unwrap();
     // A short time bound, and verification held back by a fail point: the request
     // stays `purged` and becomes overdue.
-    let server = Server::start_env(
+    let server = Server::start_vars(
         dir.path(),
-        free_addr(),
-        free_addr(),
         &[
             ("HOTGATE_DELETION_TIME_BOUND", "1s"),
             ("FAILPOINTS", "deletion-verify=return"),
@@ -916,7 +827,7 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
     )
     .await
     .unwrap();
-    assert_eq!(column_i64(&batches, "id"), [Some(7)]);
+    assert_eq!(opt_int64_values(&batches, "id"), [Some(7)]);
     assert_eq!(
         meta,
         [serde_json::json!({"requested": 2, "found": 1, "missing": [0]})]

@@ -13,10 +13,8 @@ const DAY_US: i64 = 86_400_000_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(
+    let server = Server::start_vars(
         dir.path(),
-        free_addr(),
-        free_addr(),
         &[
             ("HOTGATE_TIERING_TICK", "200ms"),
             ("HOTGATE_TIERING_MAINTENANCE_INTERVAL", "1s"),

@@ -110,14 +110,9 @@ async fn add_column(
     token: &str,
     column: serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    let (status, body) = http_json(
-        server,
-        Method::POST,
-        "/v1/tables/app.events/columns",
-        token,
-        Some(serde_json::json!({"columns": [column]})),
-    )
-    .await;
+    let path = "/v1/tables/app.events/columns";
+    let body = Some(serde_json::json!({"columns": [column]}));
+    let (status, body) = http_json(server, Method::POST, path, token, body).await;
     (status.as_u16(), body)
 }
 
@@ -246,12 +241,7 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
 /// (between the Iceberg commit and the hot definition) with `action`.
 fn server_failing(dir: &Path, action: &str) -> Server {
     let failpoint = format!("add-columns-before-hot={action}");
-    Server::start_env(
-        dir,
-        free_addr(),
-        free_addr(),
-        &[("FAILPOINTS", failpoint.as_str()), FAST_TICK[0]],
-    )
+    Server::start_vars(dir, &[("FAILPOINTS", failpoint.as_str()), FAST_TICK[0]])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +291,7 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
     }
     server.kill9();
     let _ = call.await;
-    let server = Server::start_env(dir.path(), free_addr(), free_addr(), &FAST_TICK);
+    let server = Server::start_vars(dir.path(), &FAST_TICK);
     let token = token.at(&server);
     let (_, described) = token.http(Method::GET, "/v1/tables/app.events", None).await;
     assert_eq!(column_names(&described), original);

@@ -19,14 +19,8 @@ pub(crate) fn short_lived_events() -> serde_json::Value {
 pub(crate) const FAST_TICK: [(&str, &str); 1] = [("HOTGATE_TIERING_TICK", "200ms")];
 
 pub(crate) async fn tier(server: &Server, token: &str) -> serde_json::Value {
-    let (status, body) = http_json(
-        server,
-        Method::POST,
-        "/v1/tables/app.events/tier",
-        token,
-        None,
-    )
-    .await;
+    let path = "/v1/tables/app.events/tier";
+    let (status, body) = http_json(server, Method::POST, path, token, None).await;
     assert_eq!(status, 200, "{body}");
     body
 }
@@ -175,14 +169,14 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     assert_eq!(body["snapshot_id"], report["snapshot_id"]);
 
     // The audit of a spanning read names both tiers.
-    let (status, audit) = http_json(
-        &server,
-        Method::GET,
-        "/v1/audit?action=scan&table=app.events&limit=1",
-        &server.token("root", &["admin"]),
-        None,
-    )
-    .await;
+    let (status, audit) = server
+        .caller("root", &["admin"])
+        .http(
+            Method::GET,
+            "/v1/audit?action=scan&table=app.events&limit=1",
+            None,
+        )
+        .await;
     assert_eq!(status, 200, "{audit}");
     assert_eq!(
         audit["records"][0]["tiers"],

@@ -10,6 +10,8 @@ use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, String
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hotgate_store::{ChangeOp, ScanRequest, Store, TableName, TableSpec};
 
+use hotgate_testkit::{batch, int64s, opt_float64s, strings, timestamps};
+
 use crate::common::*;
 
 fn users_spec() -> TableSpec {
@@ -31,33 +33,16 @@ fn users() -> TableName {
 }
 
 fn rows(ids: &[i64], names: &[&str], scores: &[Option<f64>], ts: &[i64]) -> RecordBatch {
-    RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, false),
-            Field::new("score", DataType::Float64, true),
-            Field::new(
-                "ts",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                false,
-            ),
-        ])),
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
-            Arc::new(StringArray::from(names.to_vec())),
-            Arc::new(Float64Array::from(scores.to_vec())),
-            Arc::new(TimestampMicrosecondArray::from(ts.to_vec()).with_timezone("UTC")),
-        ],
-    )
-    .unwrap()
+    batch([
+        ("id", int64s(ids.iter().copied())),
+        ("name", strings(names)),
+        ("score", opt_float64s(scores.iter().copied())),
+        ("ts", timestamps(ts.iter().copied())),
+    ])
 }
 
 fn keys(ids: &[i64]) -> RecordBatch {
-    RecordBatch::try_new(
-        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
-        vec![Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef],
-    )
-    .unwrap()
+    batch([("id", int64s(ids.iter().copied()))])
 }
 
 /// One changelog record as read back from the log.

@@ -10,6 +10,8 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use arrow_select::concat::concat_batches;
 use hotgate_store::{ErrorKind, LogId, ScanRequest, TableName};
 
+use hotgate_testkit::{batch, int64s, opt_strings, strings, timestamps, with_column};
+
 use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,50 +152,23 @@ async fn bad_batches_are_refused_and_write_nothing() {
     let store = open(dir.path()).await;
     store.create_table(events_spec(2)).await.unwrap();
     let good = events(0..10, |i| T0 + i);
-    let ts =
-        || Arc::new(TimestampMicrosecondArray::from(vec![T0; 2]).with_timezone("UTC")) as ArrayRef;
+    let ts = || timestamps([T0; 2]);
 
     // Wrong type: id as int32.
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int32, false),
-        Field::new("customer", DataType::Utf8, false),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-    ]));
-    let b = RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int32Array::from(vec![1, 2])),
-            Arc::new(StringArray::from(vec!["a", "b"])),
-            ts(),
-        ],
-    )
-    .unwrap();
+    let b = batch([
+        ("id", Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef),
+        ("customer", strings(["a", "b"])),
+        ("ts", ts()),
+    ]);
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(err, "column \"id\" has type Int32, expected Int64");
 
     // A null in a non-nullable column (the bucket key).
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("customer", DataType::Utf8, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-    ]));
-    let b = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![
-            Arc::new(Int64Array::from(vec![1, 2])),
-            Arc::new(StringArray::from(vec![Some("a"), None])),
-            ts(),
-        ],
-    )
-    .unwrap();
+    let b = batch([
+        ("id", int64s([1, 2])),
+        ("customer", opt_strings([Some("a"), None])),
+        ("ts", ts()),
+    ]);
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(
         err,
@@ -206,51 +181,24 @@ async fn bad_batches_are_refused_and_write_nothing() {
     expect_invalid(err, "missing time column \"ts\"");
 
     // A naive timestamp.
-    let b = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("customer", DataType::Utf8, false),
-            Field::new(
-                "ts",
-                DataType::Timestamp(TimeUnit::Microsecond, None),
-                false,
-            ),
-        ])),
-        vec![
-            Arc::new(Int64Array::from(vec![1])),
-            Arc::new(StringArray::from(vec!["a"])),
-            Arc::new(TimestampMicrosecondArray::from(vec![T0])),
-        ],
-    )
-    .unwrap();
+    let b = batch([
+        ("id", int64s([1])),
+        ("customer", strings(["a"])),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(vec![T0])) as ArrayRef,
+        ),
+    ]);
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(err, "time zone UTC");
 
     // An unknown column.
-    let mut fields: Vec<Field> = good
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(Field::new("extra", DataType::Utf8, true));
-    let mut cols = good.columns().to_vec();
-    cols.push(Arc::new(StringArray::from(vec![Some("x"); 10])));
-    let b = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    let b = with_column(&good, "extra", strings(["x"; 10]));
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(err, "unknown column \"extra\"");
 
     // A column sent twice: neither copy is stored, whichever comes first.
-    let mut fields: Vec<Field> = good
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    fields.push(fields[1].clone());
-    let mut cols = good.columns().to_vec();
-    cols.push(Arc::new(StringArray::from(vec!["other"; 10])));
-    let b = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    let b = with_column(&good, "customer", strings(["other"; 10]));
     let err = store.append(&events_name(), &b).await.unwrap_err();
     expect_invalid(err, "column \"customer\" appears twice in the batch");
 

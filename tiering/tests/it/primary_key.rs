@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use futures::TryStreamExt;
 use hotgate_store::{ChangeOp, HotTable, Store, StoreOptions, TableSpec};
 use hotgate_tiering::{Catalog, CatalogConfig, TieredOffsets, Tierer};
 use iceberg::spec::Transform;
 use iceberg::table::Table;
+
+use hotgate_testkit::{batch, int64s, strings};
 
 use crate::common::{T0, live_files};
 
@@ -32,29 +33,15 @@ fn accounts_spec() -> TableSpec {
 }
 
 fn upserts(ids: &[i64], balance: impl Fn(i64) -> i64) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("owner", DataType::Utf8, true),
-        Field::new("balance", DataType::Int64, true),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
-            Arc::new(StringArray::from_iter_values(
-                ids.iter().map(|i| format!("owner-{i}")),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                ids.iter().map(|i| balance(*i)),
-            )),
-        ],
-    )
-    .unwrap()
+    batch([
+        ("id", int64s(ids.iter().copied())),
+        ("owner", strings(ids.iter().map(|i| format!("owner-{i}")))),
+        ("balance", int64s(ids.iter().map(|i| balance(*i)))),
+    ])
 }
 
 fn deletes(ids: &[i64]) -> RecordBatch {
-    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap()
+    batch([("id", int64s(ids.iter().copied()))])
 }
 
 fn bucket_of(id: i64) -> u32 {
