@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::TimestampMicrosecondArray;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
-use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
 use hotgate_store::{ChangeOp, ScanRequest, Store, TableName, TableSpec};
 
 use hotgate_testkit::{batch, int64s, opt_float64s, strings, timestamps};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_array::{
     Array, ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
-use arrow_schema::{DataType, Field, Schema, TimeUnit};
+use arrow_schema::{DataType, TimeUnit};
 use arrow_select::concat::concat_batches;
 use hotgate_store::{ErrorKind, LogId, ScanRequest, TableName};
 
