@@ -226,6 +226,11 @@ async fn simulated_day(
     let (mut commits, mut files_committed, mut next_id) = (0u64, 0u64, 0i64);
     let started = Instant::now();
     let mut sim = 0;
+    // Snapshot timestamps are real time: maintenance expires against the real clock.
+    let maintain = async || {
+        let now = chrono::Utc::now().timestamp_millis() + 1;
+        tierer.maintain(&hot.def(), now, &maintenance).await
+    };
     while sim < day_secs {
         sim += TICK_SECS;
         let now = T0 + sim * 1_000_000;
@@ -238,14 +243,7 @@ async fn simulated_day(
             files_committed += report.files.len() as u64;
         }
         if sim % 3600 == 0 {
-            // Snapshot timestamps are real time: expire against the real clock.
-            tierer
-                .maintain(
-                    &hot.def(),
-                    chrono::Utc::now().timestamp_millis() + 1,
-                    &maintenance,
-                )
-                .await?;
+            maintain().await?;
         }
     }
     // End of day: tier what is left, then a last maintenance.
@@ -256,13 +254,7 @@ async fn simulated_day(
         commits += 1;
         files_committed += last.files.len() as u64;
     }
-    tierer
-        .maintain(
-            &hot.def(),
-            chrono::Utc::now().timestamp_millis() + 1,
-            &maintenance,
-        )
-        .await?;
+    maintain().await?;
     let status = tierer.status(&hot.def()).await?;
     let table = tierer.catalog().load(hot.def().name()).await?;
     let (mut big_bytes, mut all_bytes) = (0u64, 0u64);

@@ -11,6 +11,7 @@
 //! ```
 
 pub mod audit;
+pub mod audit_query;
 pub mod auth;
 pub mod background;
 pub mod boundary;

@@ -702,6 +702,18 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
+    /// Whether the mirror grants `privilege` on the table `namespace.table`.
+    fn may(
+        m: &GrantsMirror,
+        p: &Principal,
+        privilege: Privilege,
+        namespace: &str,
+        table: &str,
+    ) -> bool {
+        m.check(p, privilege, &Resource::table(namespace, table))
+            .is_ok()
+    }
+
     #[tokio::test]
     async fn casbin_privilege_links_equal_the_super_privilege_table() {
         // casbin's role links are transitive; the table is not necessarily closed. Check
@@ -741,37 +753,22 @@ mod tests {
         let orders = Resource::table("sales", "orders");
         let alice = principal("alice", ActivatedRoles::All);
         assert!(m.check(&alice, Privilege::TableReadData, &orders).is_ok());
-        assert!(
-            m.check(
-                &alice,
-                Privilege::TableReadData,
-                &Resource::table("sales", "x")
-            )
-            .is_ok()
-        );
+        assert!(may(&m, &alice, Privilege::TableReadData, "sales", "x"));
         // `sales` does not cover `salesx`.
-        assert!(
-            m.check(
-                &alice,
-                Privilege::TableReadData,
-                &Resource::table("salesx", "orders")
-            )
-            .is_err()
-        );
+        assert!(!may(
+            &m,
+            &alice,
+            Privilege::TableReadData,
+            "salesx",
+            "orders"
+        ));
         // Another catalog's grants do not leak into this one.
         assert!(m.check(&alice, Privilege::TableCreate, &orders).is_err());
         // Write via etl satisfies read; bob has only etl.
         let bob = principal("bob", only(&["etl"]));
         assert!(m.check(&bob, Privilege::TableReadData, &orders).is_ok());
         assert!(m.check(&bob, Privilege::TableWriteData, &orders).is_ok());
-        assert!(
-            m.check(
-                &bob,
-                Privilege::TableReadData,
-                &Resource::table("sales", "x")
-            )
-            .is_err()
-        );
+        assert!(!may(&m, &bob, Privilege::TableReadData, "sales", "x"));
         // A role not activated by the scope does not count.
         let alice_analyst = principal("alice", only(&["analyst", "admin"]));
         assert!(
@@ -874,25 +871,11 @@ mod tests {
         let audit = Resource::table(SYSTEM_NAMESPACE, "audit");
         let eve = principal("eve", ActivatedRoles::All);
         let ann = principal("ann", ActivatedRoles::All);
-        assert!(
-            m.check(
-                &eve,
-                Privilege::TableReadData,
-                &Resource::table("sales", "t")
-            )
-            .is_ok()
-        );
+        assert!(may(&m, &eve, Privilege::TableReadData, "sales", "t"));
         assert!(m.check(&eve, Privilege::TableReadData, &audit).is_err());
         assert!(m.check(&ann, Privilege::TableReadData, &audit).is_ok());
         assert!(m.check(&ann, Privilege::TableWriteData, &audit).is_err());
-        assert!(
-            m.check(
-                &ann,
-                Privilege::TableReadData,
-                &Resource::table("sales", "t")
-            )
-            .is_err()
-        );
+        assert!(!may(&m, &ann, Privilege::TableReadData, "sales", "t"));
         // The bootstrap admin holds read on _system explicitly.
         let boot = GrantsMirror::build(GrantsMirror::bootstrap_document("hotgate"), "hotgate", 1)
             .await

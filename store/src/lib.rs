@@ -21,7 +21,6 @@ pub mod inspect;
 mod log;
 mod metrics;
 pub mod primary_key;
-mod rewrite;
 mod scan;
 mod search;
 mod segment;

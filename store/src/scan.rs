@@ -219,7 +219,7 @@ impl HotScan {
         }
         let mut meta_columns: Vec<ArrayRef> = Vec::new();
         // Rows a rewrite deleted are blanks in their slots: skip them.
-        let keep = crate::rewrite::keep_mask(&planned.deleted, planned.rows.clone());
+        let keep = crate::log::sidecar::keep_mask(&planned.deleted, planned.rows.clone());
         if self.change_meta {
             let rows = planned.rows.clone();
             meta_columns.push(Arc::new(UInt32Array::from(vec![planned.log.bucket; take])));

@@ -1,8 +1,9 @@
 //! Calls to a running server: Flight (DoPut, DoGet) and HTTP, as a given principal.
 
 use arrow_array::RecordBatch;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder, FlightRecordBatchStream};
+use arrow_flight::decode::{DecodedPayload, FlightRecordBatchStream};
 use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightDescriptor, Ticket};
 use futures::{StreamExt, TryStreamExt};
@@ -27,8 +28,18 @@ pub async fn http_json(
     token: &str,
     body: Option<serde_json::Value>,
 ) -> (reqwest::StatusCode, serde_json::Value) {
+    http_at(server.http, method, path, token, body).await
+}
+
+async fn http_at(
+    addr: std::net::SocketAddr,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
     let mut request = reqwest::Client::new()
-        .request(method, server.http_url(path))
+        .request(method, format!("http://{addr}{path}"))
         .bearer_auth(token);
     if let Some(b) = body {
         request = request.json(&b);
@@ -37,6 +48,16 @@ pub async fn http_json(
     let status = response.status();
     let body = response.json().await.unwrap_or(serde_json::Value::Null);
     (status, body)
+}
+
+/// The column names of a table's description (`GET /v1/tables/{table}`).
+pub fn described_columns(described: &serde_json::Value) -> Vec<String> {
+    described["definition"]["columns"]
+        .as_array()
+        .expect("a definition with columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// `GET path`, which must answer 200; returns the JSON body.
@@ -132,25 +153,37 @@ pub async fn put_to(
     Ok(out)
 }
 
+/// DoGet of a JSON ticket as a stream of batches, read as they come (a follow stream).
+pub async fn get_stream(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    ticket: serde_json::Value,
+) -> Result<FlightRecordBatchStream, tonic::Status> {
+    let response = client
+        .do_get(with_token(Ticket::new(ticket.to_string()), token))
+        .await?;
+    let stream = response
+        .into_inner()
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    Ok(FlightRecordBatchStream::new_from_flight_data(stream))
+}
+
+/// The status a Flight stream failed with.
+fn status_of(e: FlightError) -> tonic::Status {
+    match e {
+        FlightError::Tonic(s) => *s,
+        other => tonic::Status::internal(other.to_string()),
+    }
+}
+
 /// DoGet of a JSON ticket; returns the batches.
 pub async fn get(
     client: &mut FlightServiceClient<Channel>,
     token: &str,
     ticket: serde_json::Value,
 ) -> Result<Vec<RecordBatch>, tonic::Status> {
-    let response = client
-        .do_get(with_token(Ticket::new(ticket.to_string()), token))
-        .await?;
-    let stream = response
-        .into_inner()
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
-    FlightRecordBatchStream::new_from_flight_data(stream)
-        .try_collect()
-        .await
-        .map_err(|e| match e {
-            arrow_flight::error::FlightError::Tonic(s) => *s,
-            other => tonic::Status::internal(other.to_string()),
-        })
+    let stream = get_stream(client, token, ticket).await?;
+    stream.try_collect().await.map_err(status_of)
 }
 
 /// DoGet of a JSON ticket; returns the batches and every non-empty `app_metadata`
@@ -160,19 +193,10 @@ pub async fn get_with_metadata(
     token: &str,
     ticket: serde_json::Value,
 ) -> Result<(Vec<RecordBatch>, Vec<serde_json::Value>), tonic::Status> {
-    let response = client
-        .do_get(with_token(Ticket::new(ticket.to_string()), token))
-        .await?;
-    let stream = response
-        .into_inner()
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
-    let mut decoder = FlightDataDecoder::new(stream);
+    let mut decoder = get_stream(client, token, ticket).await?.into_inner();
     let (mut batches, mut metadata) = (Vec::new(), Vec::new());
     while let Some(item) = decoder.next().await {
-        let item = item.map_err(|e| match e {
-            arrow_flight::error::FlightError::Tonic(s) => *s,
-            other => tonic::Status::internal(other.to_string()),
-        })?;
+        let item = item.map_err(status_of)?;
         if !item.inner.app_metadata.is_empty() {
             metadata.push(serde_json::from_slice(&item.inner.app_metadata).unwrap());
         }
@@ -241,6 +265,14 @@ impl Caller {
         get(&mut self.flight.clone(), &self.token, ticket).await
     }
 
+    /// DoGet of a JSON ticket as a stream, read as it comes (see [`get_stream`]).
+    pub async fn stream(
+        &self,
+        ticket: serde_json::Value,
+    ) -> Result<FlightRecordBatchStream, tonic::Status> {
+        get_stream(&mut self.flight.clone(), &self.token, ticket).await
+    }
+
     /// DoGet of a JSON ticket, which must succeed.
     pub async fn rows(&self, ticket: serde_json::Value) -> Vec<RecordBatch> {
         let what = ticket.to_string();
@@ -283,6 +315,29 @@ impl Caller {
             .unwrap_or_else(|s| panic!("DoPut to {table}: {s}"))
     }
 
+    /// ListFlights: the flights this caller may list.
+    pub async fn list_flights(&self) -> Vec<arrow_flight::FlightInfo> {
+        self.client()
+            .list_flights(with_token(arrow_flight::Criteria::default(), &self.token))
+            .await
+            .expect("ListFlights")
+            .into_inner()
+            .try_collect()
+            .await
+            .expect("ListFlights stream")
+    }
+
+    /// GetSchema of the table `namespace.name`, as this caller sees it.
+    pub async fn schema_of(&self, table: &str) -> Result<arrow_schema::Schema, tonic::Status> {
+        let path = table.split('.').map(str::to_owned).collect();
+        let schema = self
+            .client()
+            .get_schema(with_token(FlightDescriptor::new_path(path), &self.token))
+            .await?
+            .into_inner();
+        Ok(arrow_schema::Schema::try_from(&schema).expect("an IPC schema"))
+    }
+
     /// A Flight client of the server (for calls the helpers do not cover).
     pub fn client(&self) -> FlightServiceClient<Channel> {
         self.flight.clone()
@@ -295,16 +350,20 @@ impl Caller {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (reqwest::StatusCode, serde_json::Value) {
-        let mut request = reqwest::Client::new()
-            .request(method, format!("http://{}{path}", self.http))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            request = request.json(&b);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let body = response.json().await.unwrap_or(serde_json::Value::Null);
-        (status, body)
+        http_at(self.http, method, path, &self.token, body).await
+    }
+
+    /// An HTTP call that must succeed (2xx); returns the body.
+    pub async fn http_ok(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> serde_json::Value {
+        let what = format!("{method} {path}");
+        let (status, body) = self.http(method, path, body).await;
+        assert!(status.is_success(), "{what}: {status} {body}");
+        body
     }
 
     /// `GET path`, which must answer 200; returns the body.

@@ -7,25 +7,43 @@ use std::path::Path;
 /// `analyst`); root / admin is the bootstrap administrator and may read `_system`;
 /// ann / auditors may read `_system.audit` and nothing else.
 pub fn content_grants() -> serde_json::Value {
-    serde_json::json!({
-        "catalogs": [{"name": "hotgate", "catalogRoles": [
-            {"name": "content", "principalRoles": ["writer", "analyst"],
-             "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"}]},
-            {"name": "catalog_admin", "principalRoles": ["admin"],
-             "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
-                        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"},
-                        {"type": "namespace", "namespace": ["_system"], "privilege": "TABLE_READ_DATA"}]},
-            {"name": "auditor", "principalRoles": ["auditors"],
-             "grants": [{"type": "table", "namespace": ["_system"], "tableName": "audit",
-                         "privilege": "TABLE_READ_DATA"}]}
-        ]}],
-        "principalRoles": [
-            {"name": "writer", "principals": ["alice", "ingest", "py", "bob"]},
-            {"name": "analyst", "principals": ["alice"]},
-            {"name": "admin", "principals": ["root"]},
-            {"name": "auditors", "principals": ["ann"]}
-        ]
-    })
+    let mut doc = grants_document();
+    let content = serde_json::json!([{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"}]);
+    add_role(
+        &mut doc,
+        "content",
+        content,
+        "writer",
+        &["alice", "ingest", "py", "bob"],
+    );
+    // alice also holds the role through `analyst`.
+    doc["catalogs"][0]["catalogRoles"][0]["principalRoles"] =
+        serde_json::json!(["writer", "analyst"]);
+    doc["principalRoles"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "analyst", "principals": ["alice"]}));
+    add_admin(&mut doc);
+    let audit = serde_json::json!([{"type": "table", "namespace": ["_system"], "tableName": "audit",
+                                    "privilege": "TABLE_READ_DATA"}]);
+    add_role(&mut doc, "auditor", audit, "auditors", &["ann"]);
+    doc
+}
+
+/// A grants document of the catalog `hotgate` that grants nothing yet.
+pub fn grants_document() -> serde_json::Value {
+    serde_json::json!({"catalogs": [{"name": "hotgate", "catalogRoles": []}], "principalRoles": []})
+}
+
+/// Adds the administrator: root, through principal role `admin`, holds catalog role
+/// `catalog_admin` (CATALOG_MANAGE_CONTENT, CATALOG_MANAGE_ACCESS, and reading `_system`).
+pub fn add_admin(doc: &mut serde_json::Value) {
+    let grants = serde_json::json!([
+        {"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
+        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"},
+        {"type": "namespace", "namespace": ["_system"], "privilege": "TABLE_READ_DATA"}
+    ]);
+    add_role(doc, "catalog_admin", grants, "admin", &["root"]);
 }
 
 /// Adds catalog role `role` with `grants` to a grants document, held by a new principal

@@ -6,7 +6,8 @@
 //! - [`grants`]: grants documents for the gateway's file source;
 //! - [`server`]: a `hotgate serve` process on loopback (start, restart, SIGTERM, kill -9);
 //! - [`client`]: Flight and HTTP calls to it as a principal;
-//! - [`files`]: what a store left on disk.
+//! - [`files`]: what a store left on disk;
+//! - [`process`]: child tests killed at a chosen moment, commands that must succeed.
 //!
 //! Used as a dev-dependency by `hotgate-store`, `hotgate-tiering` and
 //! `hotgate-gateway`, and by `hotgate-bench`. It owns no behaviour under test; the
@@ -16,6 +17,7 @@ pub mod batches;
 pub mod client;
 pub mod files;
 pub mod grants;
+pub mod process;
 pub mod server;
 pub mod tables;
 
@@ -23,5 +25,6 @@ pub use batches::*;
 pub use client::*;
 pub use files::*;
 pub use grants::*;
+pub use process::*;
 pub use server::*;
 pub use tables::*;

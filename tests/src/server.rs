@@ -236,6 +236,12 @@ impl Server {
         format!("http://{}{path}", self.http)
     }
 
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        let response = reqwest::get(self.http_url("/metrics")).await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// SIGKILL, no cleanup.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();

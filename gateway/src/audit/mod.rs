@@ -7,14 +7,16 @@
 //! - [`writer`]: appending in chain order, synced before a read returns data;
 //! - [`call`]: one call's allow, deny and completion records;
 //! - [`mod@verify`]: re-checking the stored log, frame by frame, without repairing it;
-//! - [`query`]: reading records back through the governed planner.
+//!
+//! Reading records back through the governed planner is [`crate::audit_query`]'s job,
+//! above the planner, so that this module stays below it (the deletion steps audit
+//! through it, and the planner applies the deletions).
 //!
 //! This module decides nothing about access: it records the decisions of
 //! [`crate::governance`].
 
 pub mod call;
 pub mod chain;
-pub mod query;
 pub mod table;
 pub mod verify;
 pub mod writer;

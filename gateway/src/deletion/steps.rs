@@ -42,18 +42,32 @@ pub(super) trait Step {
     /// What is not done yet once the step is.
     const PENDING: Option<&'static str>;
 
-    /// Does the step's work, adding to `receipt`.
+    /// Does the step's work on one target, adding to `receipt`.
+    async fn apply_to(
+        ctx: &StepContext,
+        target: &DeletionTarget,
+        receipt: &mut DeletionReceipt,
+    ) -> Result<()>;
+
+    /// Does the step's work on every target of the request.
     async fn apply(
         ctx: &StepContext,
         record: &DeletionRecord,
         receipt: &mut DeletionReceipt,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        for target in &record.targets {
+            Self::apply_to(ctx, target, receipt).await?;
+        }
+        Ok(())
+    }
 
-    /// Puts the step's duration in the receipt.
-    fn timed(receipt: &mut DeletionReceipt, millis: u64);
+    /// The receipt's field for the step's duration.
+    fn millis(receipt: &mut DeletionReceipt) -> &mut u64;
 
     /// The rows the audit record counts, if the step deletes rows.
-    fn rows(receipt: &DeletionReceipt) -> Option<u64>;
+    fn rows(_: &DeletionReceipt) -> Option<u64> {
+        None
+    }
 
     /// What the step did, in words (no values), for the audit record.
     fn summary(receipt: &DeletionReceipt) -> String;
@@ -76,7 +90,7 @@ pub(super) async fn run<S: Step>(ctx: &StepContext, id: &str) -> Result<()> {
     let started = Instant::now();
     let mut receipt = record.receipt.clone();
     S::apply(ctx, &record, &mut receipt).await?;
-    S::timed(&mut receipt, started.elapsed().as_millis() as u64);
+    *S::millis(&mut receipt) = started.elapsed().as_millis() as u64;
     let record = S::advance(ctx, id, receipt)?;
     let reason = format!(
         "deletion request {}: {}",
@@ -117,19 +131,16 @@ impl Step for ApplyHot {
     const PENDING: Option<&'static str> =
         Some("the hot tier no longer holds the rows; the cold tier is next");
 
-    async fn apply(
+    async fn apply_to(
         ctx: &StepContext,
-        record: &DeletionRecord,
+        target: &DeletionTarget,
         receipt: &mut DeletionReceipt,
     ) -> Result<()> {
-        for target in &record.targets {
-            delete_hot(ctx, target, receipt).await?;
-        }
-        Ok(())
+        delete_hot(ctx, target, receipt).await
     }
 
-    fn timed(receipt: &mut DeletionReceipt, millis: u64) {
-        receipt.hot_millis = millis;
+    fn millis(receipt: &mut DeletionReceipt) -> &mut u64 {
+        &mut receipt.hot_millis
     }
 
     fn rows(receipt: &DeletionReceipt) -> Option<u64> {
@@ -158,19 +169,16 @@ impl Step for ApplyCold {
          and their files are next",
     );
 
-    async fn apply(
+    async fn apply_to(
         ctx: &StepContext,
-        record: &DeletionRecord,
+        target: &DeletionTarget,
         receipt: &mut DeletionReceipt,
     ) -> Result<()> {
-        for target in &record.targets {
-            delete_cold(ctx, target, receipt).await?;
-        }
-        Ok(())
+        delete_cold(ctx, target, receipt).await
     }
 
-    fn timed(receipt: &mut DeletionReceipt, millis: u64) {
-        receipt.cold_millis = millis;
+    fn millis(receipt: &mut DeletionReceipt) -> &mut u64 {
+        &mut receipt.cold_millis
     }
 
     fn rows(receipt: &DeletionReceipt) -> Option<u64> {
@@ -198,29 +206,23 @@ impl Step for Purge {
     const PENDING: Option<&'static str> =
         Some("no snapshot or file reaches the rows any more; verification is next");
 
-    async fn apply(
+    async fn apply_to(
         ctx: &StepContext,
-        record: &DeletionRecord,
+        target: &DeletionTarget,
         receipt: &mut DeletionReceipt,
     ) -> Result<()> {
-        for target in &record.targets {
-            let Some((_, hot)) = target_table(ctx, target)? else {
-                continue;
-            };
-            let def = hot.def();
-            if cold_tier_open(ctx, &def).await? {
-                purge_cold(ctx, &def, receipt).await?;
-            }
+        let Some((_, hot)) = target_table(ctx, target)? else {
+            return Ok(());
+        };
+        let def = hot.def();
+        if cold_tier_open(ctx, &def).await? {
+            purge_cold(ctx, &def, receipt).await?;
         }
         Ok(())
     }
 
-    fn timed(receipt: &mut DeletionReceipt, millis: u64) {
-        receipt.purge_millis = millis;
-    }
-
-    fn rows(_: &DeletionReceipt) -> Option<u64> {
-        None
+    fn millis(receipt: &mut DeletionReceipt) -> &mut u64 {
+        &mut receipt.purge_millis
     }
 
     fn summary(r: &DeletionReceipt) -> String {

@@ -8,6 +8,7 @@ use arrow_array::RecordBatch;
 use hotgate_store::{HotTable, TableName};
 
 use super::registry::{DeletionReceipt, DeletionRecord, DeletionState};
+use super::request::DeletionTarget;
 use super::steps::{
     Step, StepContext, cold_tier_open, delete_cold, delete_hot, purge_cold, target_table,
 };
@@ -34,75 +35,9 @@ impl Step for Verify {
         record: &DeletionRecord,
         receipt: &mut DeletionReceipt,
     ) -> Result<()> {
-        let (mut hot_rows, mut cold_rows) = (0u64, 0u64);
-        let (mut files, mut bytes, mut literals) = (0usize, 0u64, 0usize);
         for target in &record.targets {
-            let Some((name, hot)) = target_table(ctx, target)? else {
-                continue;
-            };
-            let def = hot.def();
-            let suppression = Suppression::of_target(target, &def)?;
-            let needles = suppression.literals();
-            literals += needles.len();
-
-            // Rows written while the request was pending (hidden since acceptance)
-            // match too: they are deleted now, and the scan repeated.
-            let (mut scanned, mut matched) = hot_matches(&hot, &suppression).await?;
-            if matched > 0 {
-                tracing::info!(table = %name, matched, "deleting rows written after acceptance");
-                delete_hot(ctx, target, receipt).await?;
-                (scanned, matched) = hot_matches(&hot, &suppression).await?;
-            }
-            hot_rows += scanned;
-            if matched > 0 {
-                return Err(GatewayError::Internal(format!(
-                    "{name}: the hot tier still holds {matched} matching rows"
-                )));
-            }
-            let found = {
-                let hot = Arc::clone(&hot);
-                let needles = needles.clone();
-                tokio::task::spawn_blocking(move || hot.search_literals(&needles))
-                    .await
-                    .map_err(|e| GatewayError::Internal(format!("hot file search failed: {e}")))??
-            };
-            files += found.files_searched;
-            bytes += found.bytes_searched;
-            if let Some(file) = found.first_match {
-                return Err(GatewayError::Internal(format!(
-                    "{name}: the hot file {file} still holds a literal of the predicate"
-                )));
-            }
-
-            if cold_tier_open(ctx, &def).await? {
-                let (mut scanned, mut matched) = cold_matches(ctx, &name, &suppression).await?;
-                if matched > 0 {
-                    delete_cold(ctx, target, receipt).await?;
-                    purge_cold(ctx, &def, receipt).await?;
-                    (scanned, matched) = cold_matches(ctx, &name, &suppression).await?;
-                }
-                cold_rows += scanned;
-                if matched > 0 {
-                    return Err(GatewayError::Internal(format!(
-                        "{name}: the cold tier's current snapshot still holds {matched} \
-                         matching rows"
-                    )));
-                }
-                let found = ctx.tierer.search_location(&def, &needles).await?;
-                files += found.files_searched;
-                bytes += found.bytes_searched;
-                if let Some(path) = found.files_with_match.first() {
-                    return Err(GatewayError::Internal(format!(
-                        "{name}: {path} still holds a literal of the predicate"
-                    )));
-                }
-            }
+            Self::apply_to(ctx, target, receipt).await?;
         }
-        receipt.verify_hot_rows_scanned = hot_rows;
-        receipt.verify_cold_rows_scanned = cold_rows;
-        receipt.verify_literals = literals;
-        receipt.verify_files_searched = files;
-        receipt.verify_bytes_searched = bytes;
         receipt.total_millis = record
             .history
             .first()
@@ -116,12 +51,76 @@ impl Step for Verify {
         Ok(())
     }
 
-    fn timed(receipt: &mut DeletionReceipt, millis: u64) {
-        receipt.verify_millis = millis;
+    async fn apply_to(
+        ctx: &StepContext,
+        target: &DeletionTarget,
+        receipt: &mut DeletionReceipt,
+    ) -> Result<()> {
+        let Some((name, hot)) = target_table(ctx, target)? else {
+            return Ok(());
+        };
+        let def = hot.def();
+        let suppression = Suppression::of_target(target, &def)?;
+        let needles = suppression.literals();
+        receipt.verify_literals += needles.len();
+
+        // Rows written while the request was pending (hidden since acceptance)
+        // match too: they are deleted now, and the scan repeated.
+        let (mut scanned, mut matched) = hot_matches(&hot, &suppression).await?;
+        if matched > 0 {
+            tracing::info!(table = %name, matched, "deleting rows written after acceptance");
+            delete_hot(ctx, target, receipt).await?;
+            (scanned, matched) = hot_matches(&hot, &suppression).await?;
+        }
+        receipt.verify_hot_rows_scanned += scanned;
+        if matched > 0 {
+            return Err(GatewayError::Internal(format!(
+                "{name}: the hot tier still holds {matched} matching rows"
+            )));
+        }
+        let found = {
+            let hot = Arc::clone(&hot);
+            let needles = needles.clone();
+            tokio::task::spawn_blocking(move || hot.search_literals(&needles))
+                .await
+                .map_err(|e| GatewayError::Internal(format!("hot file search failed: {e}")))??
+        };
+        receipt.verify_files_searched += found.files_searched;
+        receipt.verify_bytes_searched += found.bytes_searched;
+        if let Some(file) = found.first_match {
+            return Err(GatewayError::Internal(format!(
+                "{name}: the hot file {file} still holds a literal of the predicate"
+            )));
+        }
+
+        if !cold_tier_open(ctx, &def).await? {
+            return Ok(());
+        }
+        let (mut scanned, mut matched) = cold_matches(ctx, &name, &suppression).await?;
+        if matched > 0 {
+            delete_cold(ctx, target, receipt).await?;
+            purge_cold(ctx, &def, receipt).await?;
+            (scanned, matched) = cold_matches(ctx, &name, &suppression).await?;
+        }
+        receipt.verify_cold_rows_scanned += scanned;
+        if matched > 0 {
+            return Err(GatewayError::Internal(format!(
+                "{name}: the cold tier's current snapshot still holds {matched} matching rows"
+            )));
+        }
+        let found = ctx.tierer.search_location(&def, &needles).await?;
+        receipt.verify_files_searched += found.files_searched;
+        receipt.verify_bytes_searched += found.bytes_searched;
+        if let Some(path) = found.files_with_match.first() {
+            return Err(GatewayError::Internal(format!(
+                "{name}: {path} still holds a literal of the predicate"
+            )));
+        }
+        Ok(())
     }
 
-    fn rows(_: &DeletionReceipt) -> Option<u64> {
-        None
+    fn millis(receipt: &mut DeletionReceipt) -> &mut u64 {
+        &mut receipt.verify_millis
     }
 
     fn summary(r: &DeletionReceipt) -> String {

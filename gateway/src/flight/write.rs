@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::{FlightData, PutResult};
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesOrdered};
 use futures::{StreamExt, TryStreamExt};
-use hotgate_policy::{Principal, Privilege};
+use hotgate_policy::{Principal, Privilege, WriteRules};
 use hotgate_store::{ChangeOp, HotTable, TableName};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -45,18 +47,12 @@ pub(super) async fn do_put(
         };
     // The write is on record before its first row is stored.
     let completion = audit.allow().await?;
-    if table.is_primary_key() {
-        run_changes(
-            state,
-            table,
-            op.unwrap_or(ChangeOp::Upsert),
-            first,
-            input,
-            completion,
-        )
+    Ok(if table.is_primary_key() {
+        let op = op.unwrap_or(ChangeOp::Upsert);
+        run_changes(state, table, op, first, input, completion)
     } else {
         run_write(state, table, first, input, completion)
-    }
+    })
 }
 
 /// Reads the descriptor of a DoPut and authorizes the write.
@@ -129,48 +125,22 @@ fn run_changes(
     first: FlightData,
     input: Streaming<FlightData>,
     completion: Completion,
-) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
-    let rules = Governance::write_rules(&table.def());
-    let governance = Arc::clone(&state.governance);
-    let mut batches = put_batches(first, input);
-    let (acks, responses) = PutAcks::new(state, completion);
-    // As for appends, a change in progress completes even if the caller goes away.
-    tokio::spawn(async move {
-        // A panic fails the stream with an error rather than leaving it unanswered.
-        let failure = catch_panic(async {
-            let mut failure: Option<GatewayError> = None;
-            while let Some(item) = batches.next().await {
-                let batch = match item {
-                    Ok(b) => b,
-                    Err(e) => {
-                        failure = Some(undecodable(e));
-                        break;
-                    }
-                };
-                acks.completion
-                    .add_bytes(batch.get_array_memory_size() as u64);
-                let written = match rules.apply(&batch, governance.hash_key()) {
-                    Ok(b) => table
-                        .write_changes(&b, op)
-                        .await
-                        .map_err(GatewayError::from),
-                    Err(e) => Err(e.into()),
+) -> BoxStream<'static, Result<PutResult, Status>> {
+    PutTask::spawn(state, table, first, input, completion, move |task| {
+        Box::pin(async move {
+            while let Some(item) = task.batches.next().await {
+                let written = match item.map_err(undecodable).and_then(|b| task.governed(&b)) {
+                    Ok(b) => task.table.write_changes(&b, op).await,
+                    Err(e) => return Some(e),
                 };
                 match written {
-                    Ok(r) => acks.ack(r.rows, &r).await,
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
+                    Ok(r) => task.acks.ack(r.rows, &r).await,
+                    Err(e) => return Some(e.into()),
                 }
             }
-            Ok(failure)
+            None
         })
-        .await
-        .unwrap_or_else(Some);
-        acks.finish(failure).await;
-    });
-    Ok(responses)
+    })
 }
 
 /// Streams a DoPut's batches into the table, acknowledging each once durable.
@@ -180,16 +150,9 @@ fn run_write(
     first: FlightData,
     input: Streaming<FlightData>,
     completion: Completion,
-) -> Result<BoxStream<'static, Result<PutResult, Status>>> {
-    // Drop and hash happen here, before the batch reaches the store.
-    let rules = Governance::write_rules(&table.def());
-    let governance = Arc::clone(&state.governance);
-    let mut batches = put_batches(first, input);
-    let (acks, responses) = PutAcks::new(state, completion);
-    // Appends run to completion even if the caller goes away, so an in-flight append
-    // is never half-applied; shutdown waits for this task through the response stream.
-    tokio::spawn(async move {
-        let failure = catch_panic(async {
+) -> BoxStream<'static, Result<PutResult, Status>> {
+    PutTask::spawn(state, table, first, input, completion, |task| {
+        Box::pin(async move {
             // Batches are queued in order as they arrive and acknowledged in order once
             // durable; up to MAX_PUTS_IN_FLIGHT wait for their sync at once, so a stream
             // of small batches shares group commits instead of paying one sync each.
@@ -203,33 +166,26 @@ fn run_write(
                         let done: hotgate_store::Result<hotgate_store::AppendResult> = done;
                         match done {
                             // If the caller left, queued appends still complete.
-                            Ok(r) => acks.ack(r.rows, &r).await,
+                            Ok(r) => task.acks.ack(r.rows, &r).await,
                             Err(e) => {
                                 failure.get_or_insert(e.into());
                                 input_done = true;
                             }
                         }
                     }
-                    item = batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
-                        match item {
-                            None => input_done = true,
-                            Some(Ok(batch)) => {
-                                acks.completion.add_bytes(batch.get_array_memory_size() as u64);
-                                let stored = rules.apply(&batch, governance.hash_key());
-                                let queued = match stored {
-                                    Ok(b) => table.begin_append(&b).await.map_err(GatewayError::from),
-                                    Err(e) => Err(e.into()),
-                                };
-                                match queued {
-                                    Ok(pending) => in_flight.push_back(pending.durable()),
-                                    Err(e) => {
-                                        failure = Some(e);
-                                        input_done = true;
-                                    }
-                                }
-                            }
-                            Some(Err(e)) => {
-                                failure = Some(undecodable(e));
+                    item = task.batches.next(), if !input_done && in_flight.len() < MAX_PUTS_IN_FLIGHT => {
+                        let Some(item) = item else {
+                            input_done = true;
+                            continue;
+                        };
+                        let queued = match item.map_err(undecodable).and_then(|b| task.governed(&b)) {
+                            Ok(b) => task.table.begin_append(&b).await.map_err(GatewayError::from),
+                            Err(e) => Err(e),
+                        };
+                        match queued {
+                            Ok(pending) => in_flight.push_back(pending.durable()),
+                            Err(e) => {
+                                failure = Some(e);
                                 input_done = true;
                             }
                         }
@@ -240,13 +196,62 @@ fn run_write(
                     break;
                 }
             }
-            Ok(failure)
+            failure
         })
-        .await
-        .unwrap_or_else(Some);
-        acks.finish(failure).await;
-    });
-    Ok(responses)
+    })
+}
+
+/// One DoPut stream being stored: the table, its write rules, the decoded batches and
+/// the acknowledgements.
+struct PutTask {
+    table: Arc<HotTable>,
+    rules: WriteRules,
+    governance: Arc<Governance>,
+    batches: FlightRecordBatchStream,
+    acks: PutAcks,
+}
+
+impl PutTask {
+    /// Runs `store` over the stream in a task of its own: a write in progress completes
+    /// even if the caller goes away, so an append is never half-applied (shutdown waits
+    /// for the task through the response stream), and a panic fails the stream with an
+    /// error rather than leaving it unanswered. `store` returns the failure that ended it.
+    fn spawn<F>(
+        state: &Arc<GatewayState>,
+        table: Arc<HotTable>,
+        first: FlightData,
+        input: Streaming<FlightData>,
+        completion: Completion,
+        store: F,
+    ) -> BoxStream<'static, Result<PutResult, Status>>
+    where
+        F: for<'a> FnOnce(&'a mut PutTask) -> BoxFuture<'a, Option<GatewayError>> + Send + 'static,
+    {
+        let (acks, responses) = PutAcks::new(state, completion);
+        let mut task = PutTask {
+            rules: Governance::write_rules(&table.def()),
+            table,
+            governance: Arc::clone(&state.governance),
+            batches: put_batches(first, input),
+            acks,
+        };
+        tokio::spawn(async move {
+            let failure = catch_panic(async { Ok(store(&mut task).await) })
+                .await
+                .unwrap_or_else(Some);
+            task.acks.finish(failure).await;
+        });
+        responses
+    }
+
+    /// Counts a decoded batch and applies the write rules: drop and hash happen here,
+    /// before the batch reaches the store.
+    fn governed(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        self.acks
+            .completion
+            .add_bytes(batch.get_array_memory_size() as u64);
+        Ok(self.rules.apply(batch, self.governance.hash_key())?)
+    }
 }
 
 /// The Arrow batches of a DoPut stream, its first message (which carried the

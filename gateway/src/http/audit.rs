@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use hotgate_policy::Privilege;
 use hotgate_store::HotTable;
 
-use crate::audit::query::{AuditQuery, query as query_audit};
 use crate::audit::{CallAudit, audit_table_name, verify_audit_log};
+use crate::audit_query::{AuditQuery, query as query_audit};
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 

@@ -176,11 +176,10 @@ async fn every_flight_call_leaves_its_records() {
     let all = audit_records(&server, "").await;
     assert!(!serde_json::to_string(&all).unwrap().contains(LITERAL));
     let audit_dir = dir.path().join("data/_system/audit");
-    assert!(!contains_bytes(&audit_dir, LITERAL.as_bytes()));
+    assert!(files_containing(&audit_dir, LITERAL.as_bytes()).is_empty());
 
     // The reads of the audit itself are audited, and the chain verifies live.
-    let (status, report) = root.http(Method::GET, "/v1/audit/verify", None).await;
-    assert_eq!(status, 200, "{report}");
+    let report = root.http_get("/v1/audit/verify").await;
     assert_eq!(report["intact"], true, "{report}");
     assert!(report["records"].as_u64().unwrap() >= all.len() as u64);
     let audit_reads = audit_records(&server, "action=audit_query&principal=root").await;
@@ -188,23 +187,16 @@ async fn every_flight_call_leaves_its_records() {
 
     // The CLI reads the same records from the running server.
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .args(["audit"])
-            .args(args)
-            .args(["--server", &server.http.to_string()])
-            .env("HOTGATE_TOKEN", &root)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .collect::<Vec<_>>()
+        stdout_of(
+            std::process::Command::new(BIN)
+                .args(["audit"])
+                .args(args)
+                .args(["--server", &server.http.to_string()])
+                .env("HOTGATE_TOKEN", &root),
+        )
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect::<Vec<_>>()
     };
     let queried = cli(&[
         "query",
@@ -244,10 +236,9 @@ async fn the_audit_table_is_read_only_and_readable_only_with_a_grant() {
         .rows(json!({"table": "_system.audit", "filter": "principal = 'alice'"}))
         .await;
     assert!(rows.iter().map(|b| b.num_rows()).sum::<usize>() >= 1);
-    let (status, body) = ann
-        .http(Method::GET, "/v1/audit?principal=alice&decision=deny", None)
+    let body = ann
+        .http_get("/v1/audit?principal=alice&decision=deny")
         .await;
-    assert_eq!(status, 200, "{body}");
     assert!(!body["records"].as_array().unwrap().is_empty());
     // Nobody writes it, not even with every role.
     let root = server.caller("root", &["ALL"]);
@@ -305,28 +296,6 @@ async fn reads_fail_closed_when_the_audit_cannot_be_written() {
     let alice = alice.at(&server);
     let rows = alice.rows(json!({"table": "app.events"})).await;
     assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
-}
-
-pub(crate) fn contains_bytes(dir: &Path, needle: &[u8]) -> bool {
-    walk(dir).iter().any(|f| {
-        std::fs::read(f)
-            .unwrap()
-            .windows(needle.len())
-            .any(|w| w == needle)
-    })
-}
-
-pub(crate) fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `hotgate audit verify` on a data dir: (exit success, the JSON report).
@@ -397,19 +366,6 @@ fn forge(frame: &Frame, from: &[u8], to: &[u8]) {
     let crc = crc32c::crc32c(&bytes[range.start + 8..range.end]);
     bytes[range.start + 4..range.start + 8].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&frame.segment, bytes).unwrap();
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -183,17 +183,11 @@ async fn external_issuer_keys_come_from_a_jwks_url() {
 fn audit_pubkey_prints_a_stable_ed25519_public_key() {
     let dir = tempfile::tempdir().unwrap();
     let run = || {
-        let out = std::process::Command::new(BIN)
+        let mut command = std::process::Command::new(BIN);
+        command
             .args(["audit", "pubkey", "--data-dir"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+            .arg(dir.path());
+        stdout_of(&mut command).trim().to_owned()
     };
     let first = run();
     assert_eq!(first.len(), 64);

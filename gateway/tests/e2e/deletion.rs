@@ -238,14 +238,9 @@ async fn an_accepted_deletion_hides_its_rows_from_every_read_and_from_tiering() 
 
     // The acceptance is on the audit record, without the subject in clear.
     let root = server.caller("root", &["admin"]);
-    let (status, audit) = root
-        .http(
-            Method::GET,
-            "/v1/audit?limit=100&action=deletion_accepted",
-            None,
-        )
+    let audit = root
+        .http_get("/v1/audit?limit=100&action=deletion_accepted")
         .await;
-    assert_eq!(status, 200, "{audit}");
     let records = audit["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "{audit}");
     assert_eq!(records[0]["table"], "app.events");
@@ -431,13 +426,7 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
     // bytes to look for are the value's encoding.
     let state_holds = |literal: &str| {
         let encoded = hotgate_store::state_bytes_of_string(literal).unwrap();
-        std::fs::read_dir(dir.path().join("state"))
-            .unwrap()
-            .flatten()
-            .any(|e| {
-                std::fs::read(e.path())
-                    .is_ok_and(|b| b.windows(encoded.len()).any(|w| w == encoded.as_slice()))
-            })
+        !files_containing(&dir.path().join("state"), &encoded).is_empty()
     };
     let start = std::time::Instant::now();
     while !(state_holds("contacts of subject-alpha") && state_holds("people of subject-alpha")) {

@@ -6,10 +6,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::{Criteria, FlightDescriptor, Ticket};
-use arrow_schema::Schema;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use reqwest::{Method, StatusCode};
 use tonic::Code;
 
@@ -61,48 +58,41 @@ fn strings(batches: &[RecordBatch], column: &str) -> Vec<Option<String>> {
         .collect()
 }
 
-fn column_names(batches: &[RecordBatch]) -> Vec<String> {
-    batches
-        .first()
-        .map(|b| {
-            b.schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The matrix's grant document. Each principal role holds one kind of grant.
+/// The matrix's grant document. Each principal role `r_<name>` holds one kind of grant.
 fn matrix_grants() -> serde_json::Value {
-    let role = |name: &str, grants: serde_json::Value| serde_json::json!({"name": name, "principalRoles": [format!("r_{name}")], "grants": grants});
-    serde_json::json!({
-        "catalogs": [{"name": "hotgate", "catalogRoles": [
-            role("cat", serde_json::json!([{"type":"catalog","privilege":"TABLE_READ_DATA"}])),
-            role("ns", serde_json::json!([{"type":"namespace","namespace":["sales"],"privilege":"TABLE_READ_DATA"}])),
-            role("parent", serde_json::json!([{"type":"namespace","namespace":["corp"],"privilege":"TABLE_READ_DATA"}])),
-            role("tbl", serde_json::json!([{"type":"table","namespace":["sales"],"tableName":"orders","privilege":"TABLE_READ_DATA"}])),
-            role("write", serde_json::json!([{"type":"table","namespace":["sales"],"tableName":"orders","privilege":"TABLE_WRITE_DATA"}])),
-            role("content", serde_json::json!([{"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"}])),
-            role("list", serde_json::json!([{"type":"namespace","namespace":["sales"],"privilege":"TABLE_LIST"}])),
-            role("access", serde_json::json!([{"type":"catalog","privilege":"CATALOG_MANAGE_ACCESS"}])),
-            {"name": "catalog_admin", "principalRoles": ["admin"], "grants": [
-                {"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"},
-                {"type":"catalog","privilege":"CATALOG_MANAGE_ACCESS"}]}
-        ]}],
-        "principalRoles": [
-            {"name": "r_cat", "principals": ["p_cat"]},
-            {"name": "r_ns", "principals": ["p_ns"]},
-            {"name": "r_parent", "principals": ["p_parent"]},
-            {"name": "r_tbl", "principals": ["p_tbl", "p_multi"]},
-            {"name": "r_write", "principals": ["p_write", "p_multi"]},
-            {"name": "r_content", "principals": ["p_content"]},
-            {"name": "r_list", "principals": ["p_list"]},
-            {"name": "r_access", "principals": ["p_access"]},
-            {"name": "admin", "principals": ["root"]}
-        ]
-    })
+    let mut doc = grants_document();
+    let on_catalog = |p: &str| serde_json::json!([{"type": "catalog", "privilege": p}]);
+    let on_namespace = |ns: &str, p: &str| serde_json::json!([{"type": "namespace", "namespace": [ns], "privilege": p}]);
+    let on_orders = |p: &str| {
+        serde_json::json!([{"type": "table", "namespace": ["sales"], "tableName": "orders",
+                            "privilege": p}])
+    };
+    for (name, grants, principals) in [
+        ("cat", on_catalog("TABLE_READ_DATA"), &["p_cat"][..]),
+        ("ns", on_namespace("sales", "TABLE_READ_DATA"), &["p_ns"]),
+        (
+            "parent",
+            on_namespace("corp", "TABLE_READ_DATA"),
+            &["p_parent"],
+        ),
+        ("tbl", on_orders("TABLE_READ_DATA"), &["p_tbl", "p_multi"]),
+        (
+            "write",
+            on_orders("TABLE_WRITE_DATA"),
+            &["p_write", "p_multi"],
+        ),
+        (
+            "content",
+            on_catalog("CATALOG_MANAGE_CONTENT"),
+            &["p_content"],
+        ),
+        ("list", on_namespace("sales", "TABLE_LIST"), &["p_list"]),
+        ("access", on_catalog("CATALOG_MANAGE_ACCESS"), &["p_access"]),
+    ] {
+        add_role(&mut doc, name, grants, &format!("r_{name}"), principals);
+    }
+    add_admin(&mut doc);
+    doc
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,14 +180,7 @@ async fn authorization_matrix_through_flight() {
                     .map(|_| ())
             }
             List => {
-                let infos: Vec<_> = client
-                    .list_flights(with_token(Criteria::default(), &token))
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .try_collect()
-                    .await
-                    .unwrap();
+                let infos = token.list_flights().await;
                 let want: Vec<String> = ns.split('.').chain([name]).map(str::to_owned).collect();
                 let listed = infos
                     .iter()
@@ -266,23 +249,16 @@ async fn authorization_matrix_through_flight() {
     assert_eq!(body["status"]["version"], 1);
 }
 
+/// ann (principal role `analyst`) and aud (`audit`) read the `sales` namespace through
+/// catalog roles `eu_analyst` and `auditor`, the first two roles of the document.
 fn policy_grants() -> serde_json::Value {
-    serde_json::json!({
-        "catalogs": [{"name": "hotgate", "catalogRoles": [
-            {"name": "eu_analyst", "principalRoles": ["analyst"],
-             "grants": [{"type":"namespace","namespace":["sales"],"privilege":"TABLE_READ_DATA"}]},
-            {"name": "auditor", "principalRoles": ["audit"],
-             "grants": [{"type":"namespace","namespace":["sales"],"privilege":"TABLE_READ_DATA"}]},
-            {"name": "catalog_admin", "principalRoles": ["admin"], "grants": [
-                {"type":"catalog","privilege":"CATALOG_MANAGE_CONTENT"},
-                {"type":"catalog","privilege":"CATALOG_MANAGE_ACCESS"}]}
-        ]}],
-        "principalRoles": [
-            {"name": "analyst", "principals": ["ann"]},
-            {"name": "audit", "principals": ["aud"]},
-            {"name": "admin", "principals": ["root"]}
-        ]
-    })
+    let mut doc = grants_document();
+    let sales = serde_json::json!([{"type": "namespace", "namespace": ["sales"],
+                                    "privilege": "TABLE_READ_DATA"}]);
+    add_role(&mut doc, "eu_analyst", sales.clone(), "analyst", &["ann"]);
+    add_role(&mut doc, "auditor", sales, "audit", &["aud"]);
+    add_admin(&mut doc);
+    doc
 }
 
 #[tokio::test]
@@ -297,7 +273,6 @@ async fn policies_shape_what_each_role_sees() {
             .status(),
         StatusCode::CREATED
     );
-    let mut client = server.client().await;
     root.put_ok("sales.orders", vec![orders(&[1, 2, 3, 4])])
         .await;
     let policy = |body: serde_json::Value| {
@@ -349,24 +324,9 @@ async fn policies_shape_what_each_role_sees() {
     );
 
     // Denied columns are absent from schemas too, and asking for one names it.
-    let schema = client
-        .get_schema(with_token(
-            FlightDescriptor::new_path(vec!["sales".into(), "orders".into()]),
-            &ann,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let schema = Schema::try_from(&schema).unwrap();
+    let schema = ann.schema_of("sales.orders").await.unwrap();
     assert!(schema.field_with_name("card").is_err() && schema.field_with_name("email").is_err());
-    let infos: Vec<_> = client
-        .list_flights(with_token(Criteria::default(), &ann))
-        .await
-        .unwrap()
-        .into_inner()
-        .try_collect()
-        .await
-        .unwrap();
+    let infos = ann.list_flights().await;
     let listed = infos[0].clone().try_decode_schema().unwrap();
     assert_eq!(listed.fields().len(), 3);
     let e = ann
@@ -463,7 +423,6 @@ async fn policies_shape_what_each_role_sees() {
     let (_, after) = root.http(Method::GET, "/v1/policies", None).await;
     assert_eq!(before, after);
     // Policies survive a restart.
-    drop(client);
     server.terminate();
     let server = Server::start(dir.path());
     let mut client = server.client().await;
@@ -525,33 +484,16 @@ async fn drop_and_hash_columns_never_reach_disk_in_clear() {
     server.terminate();
 
     // Every byte under the data dir: neither the dropped value nor the clear email.
-    let mut files = 0;
-    for path in walk(dir.path()) {
-        let bytes = std::fs::read(&path).unwrap();
-        files += 1;
-        for needle in [sentinel.as_bytes(), email.as_bytes()] {
-            assert!(
-                !bytes.windows(needle.len()).any(|w| w == needle),
-                "{} holds {:?}",
-                path.display(),
-                String::from_utf8_lossy(needle)
-            );
-        }
-    }
+    let files = all_files(dir.path()).len();
     assert!(files > 3, "searched only {files} files");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
+    for needle in [sentinel.as_bytes(), email.as_bytes()] {
+        let holding = files_containing(dir.path(), needle);
+        assert!(
+            holding.is_empty(),
+            "{holding:?} hold {:?}",
+            String::from_utf8_lossy(needle)
+        );
     }
-    out
 }
 
 #[tokio::test]
@@ -562,19 +504,12 @@ async fn revoking_a_grant_ends_a_follow_stream_and_denies_the_next_call() {
     let server = Server::start_vars(dir.path(), &[("HOTGATE_GRANTS_REFRESH", "0s")]);
     let root = server.caller("root", &["admin"]);
     create_table(&server, &root, orders_table("sales", "orders")).await;
-    let mut client = server.client().await;
     root.put_ok("sales.orders", vec![orders(&[1, 2])]).await;
     let ann = server.caller("ann", &["ALL"]);
-    let stream = client
-        .do_get(with_token(
-            Ticket::new(serde_json::json!({"table":"sales.orders","changelog":{"from":"earliest","follow":true}}).to_string()),
-            &ann,
-        ))
+    let mut batches = ann
+        .stream(serde_json::json!({"table":"sales.orders","changelog":{"from":"earliest","follow":true}}))
         .await
-        .unwrap()
-        .into_inner()
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
-    let mut batches = FlightRecordBatchStream::new_from_flight_data(stream);
+        .unwrap();
     let first = batches.next().await.unwrap().unwrap();
     assert!(first.num_rows() > 0);
 

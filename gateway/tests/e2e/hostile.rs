@@ -11,7 +11,6 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::audit::{contains_bytes, walk};
 use crate::harness::*;
 
 /// The shapes of expression a test grows: each is a filter over `app.events` that
@@ -211,26 +210,26 @@ async fn errors_raised_on_rows_leave_no_value_or_literal_in_the_audit() {
     );
 
     // Neither the value nor the literal is anywhere in the audit's files, hot or cold.
-    let mut audit_files = walk(&dir.path().join("data/_system"));
+    let mut audit_files = all_files(&dir.path().join("data/_system"));
     let warehouse = dir.path().join("warehouse");
     if warehouse.exists() {
         audit_files.extend(
-            walk(&warehouse)
+            all_files(&warehouse)
                 .into_iter()
                 .filter(|p| p.to_string_lossy().contains("_system")),
         );
     }
     assert!(!audit_files.is_empty());
     for needle in [VALUE.as_bytes(), LITERAL.to_string().as_bytes()] {
+        let holding: Vec<_> = audit_files
+            .iter()
+            .filter(|f| file_contains(f, needle))
+            .collect();
         assert!(
-            !contains_bytes(&dir.path().join("data/_system"), needle),
-            "{} is in the audit log",
+            holding.is_empty(),
+            "{} is in {holding:?}",
             String::from_utf8_lossy(needle)
         );
-        for f in &audit_files {
-            let bytes = std::fs::read(f).unwrap();
-            assert!(!bytes.windows(needle.len()).any(|w| w == needle), "{f:?}");
-        }
     }
 }
 
@@ -356,28 +355,26 @@ async fn a_batch_with_a_column_twice_is_refused_and_stores_nothing() {
 /// denied a column by policy), `full` reads it unfiltered, `etl` writes it, and root
 /// administers.
 fn view_grants() -> Value {
-    json!({
-        "catalogs": [{"name": "hotgate", "catalogRoles": [
-            {"name": "reader", "principalRoles": ["readers"],
-             "grants": [{"type": "table", "namespace": ["app"], "tableName": "events",
-                         "privilege": "TABLE_READ_DATA"}]},
-            {"name": "full", "principalRoles": ["fulls"],
-             "grants": [{"type": "namespace", "namespace": ["app"], "privilege": "TABLE_READ_DATA"}]},
-            {"name": "etl", "principalRoles": ["etls"],
-             "grants": [{"type": "table", "namespace": ["app"], "tableName": "events",
-                         "privilege": "TABLE_WRITE_DATA"}]},
-            {"name": "catalog_admin", "principalRoles": ["admin"],
-             "grants": [{"type": "catalog", "privilege": "CATALOG_MANAGE_CONTENT"},
-                        {"type": "catalog", "privilege": "CATALOG_MANAGE_ACCESS"},
-                        {"type": "namespace", "namespace": ["_system"], "privilege": "TABLE_READ_DATA"}]}
-        ]}],
-        "principalRoles": [
-            {"name": "readers", "principals": ["rita"]},
-            {"name": "fulls", "principals": ["fred"]},
-            {"name": "etls", "principals": ["eve"]},
-            {"name": "admin", "principals": ["root"]}
-        ]
-    })
+    let mut doc = grants_document();
+    let events = |p: &str| json!([{"type": "table", "namespace": ["app"], "tableName": "events", "privilege": p}]);
+    let app = json!([{"type": "namespace", "namespace": ["app"], "privilege": "TABLE_READ_DATA"}]);
+    add_role(
+        &mut doc,
+        "reader",
+        events("TABLE_READ_DATA"),
+        "readers",
+        &["rita"],
+    );
+    add_role(&mut doc, "full", app, "fulls", &["fred"]);
+    add_role(
+        &mut doc,
+        "etl",
+        events("TABLE_WRITE_DATA"),
+        "etls",
+        &["eve"],
+    );
+    add_admin(&mut doc);
+    doc
 }
 
 /// A server with `app.events` holding 10 rows and, for role `reader`, a row filter and
@@ -400,15 +397,6 @@ async fn view_server(dir: &std::path::Path) -> Server {
     server
 }
 
-fn column_names(described: &Value) -> Vec<String> {
-    described["definition"]["columns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_metadata_goes_through_the_callers_view() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,19 +406,15 @@ async fn table_metadata_goes_through_the_callers_view() {
     let root = server.caller("root", &["admin"]);
 
     // rita: no denied column, no whole-table counts, in the description and the list.
-    let (status, described) = rita.http(Method::GET, "/v1/tables/app.events", None).await;
-    assert_eq!(status, 200, "{described}");
-    assert_eq!(column_names(&described), ["id", "customer", "ts"]);
+    let described = rita.http_get("/v1/tables/app.events").await;
+    assert_eq!(described_columns(&described), ["id", "customer", "ts"]);
     assert!(described.get("end_offsets").is_none(), "{described}");
     assert_eq!(described["counts_withheld"], true);
     assert!(!described.to_string().contains("amount"), "{described}");
     let (_, listed) = rita.http(Method::GET, "/v1/tables", None).await;
     assert_eq!(listed["tables"][0]["definition"], described["definition"]);
     assert!(listed["tables"][0].get("end_offsets").is_none());
-    let (status, tiering) = rita
-        .http(Method::GET, "/v1/tables/app.events/tiering", None)
-        .await;
-    assert_eq!(status, 200, "{tiering}");
+    let tiering = rita.http_get("/v1/tables/app.events/tiering").await;
     for field in ["watermarks", "files", "bytes", "records", "size_histogram"] {
         assert!(tiering[field].is_null(), "{field}: {tiering}");
     }
@@ -445,13 +429,19 @@ async fn table_metadata_goes_through_the_callers_view() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(ends, 10, "{described}");
-    assert_eq!(column_names(&described), ["id", "customer", "amount", "ts"]);
+    assert_eq!(
+        described_columns(&described),
+        ["id", "customer", "amount", "ts"]
+    );
     let (_, tiering) = fred
         .http(Method::GET, "/v1/tables/app.events/tiering", None)
         .await;
     assert!(tiering["watermarks"].is_object(), "{tiering}");
     let (_, described) = root.http(Method::GET, "/v1/tables/app.events", None).await;
-    assert_eq!(column_names(&described), ["id", "customer", "amount", "ts"]);
+    assert_eq!(
+        described_columns(&described),
+        ["id", "customer", "amount", "ts"]
+    );
     assert!(described["end_offsets"].is_object());
 }
 
@@ -460,10 +450,7 @@ async fn the_access_report_flags_a_writer_that_reads_unfiltered() {
     let dir = tempfile::tempdir().unwrap();
     let server = view_server(dir.path()).await;
     let root = server.caller("root", &["admin"]);
-    let (status, report) = root
-        .http(Method::GET, "/v1/tables/app.events/access", None)
-        .await;
-    assert_eq!(status, 200, "{report}");
+    let report = root.http_get("/v1/tables/app.events/access").await;
     let role = |name: &str| {
         report["roles"]
             .as_array()

@@ -51,12 +51,7 @@ async fn put_then_get_round_trips() {
     assert_eq!(total, 250);
     // Metrics count the appends: the rows put exactly; the store's rows also hold the
     // audit log's own records.
-    let metrics = reqwest::get(server.http_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(metrics.contains("hotgate_put_rows_total 250"), "{metrics}");
     let stored: u64 = metrics
         .lines()

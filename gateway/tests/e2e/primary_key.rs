@@ -9,10 +9,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType, UInt32Type};
 use arrow_array::{Array, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_array::{TimestampMicrosecondArray, UInt32Array};
-use arrow_flight::Ticket;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_schema::{DataType, Field, Schema};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use tonic::transport::Channel;
 
 use crate::harness::*;
@@ -247,11 +246,7 @@ async fn lookups_and_scans_read_the_current_state() {
                            "filter": "balance >= 190 OR id = 5"}),
         )
         .await;
-    let mut ids: Vec<i64> = opt_int64_values(&scan, "id")
-        .into_iter()
-        .flatten()
-        .collect();
-    ids.sort();
+    let ids = ints(&scan, "id");
     assert_eq!(ids, [5, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199]);
     let all = token
         .rows(serde_json::json!({"table": "app.accounts"}))
@@ -265,11 +260,7 @@ async fn lookups_and_scans_read_the_current_state() {
                            "until": "2026-11-30T00:00:00.000198Z"}),
         )
         .await;
-    let mut ids: Vec<i64> = opt_int64_values(&recent, "id")
-        .into_iter()
-        .flatten()
-        .collect();
-    ids.sort();
+    let ids = ints(&recent, "id");
     assert_eq!(ids, [195, 196, 197]);
 
     // Bad lookups: a clear InvalidArgument each.
@@ -462,22 +453,9 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
         }));
     }
     tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-    let response = client
-        .do_get(with_token(
-            Ticket::new(
-                serde_json::json!({"table": "app.accounts",
-                                   "changelog": {"from": "snapshot", "follow": true}})
-                .to_string(),
-            ),
-            &token,
-        ))
-        .await
-        .unwrap();
-    let mut stream = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
-        response
-            .into_inner()
-            .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s))),
-    );
+    let ticket = serde_json::json!({"table": "app.accounts",
+                                    "changelog": {"from": "snapshot", "follow": true}});
+    let mut stream = token.stream(ticket).await.unwrap();
     let mut state = BTreeMap::new();
     // Per bucket, the offsets of the changes seen after the snapshot.
     let mut seen: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
@@ -881,12 +859,7 @@ async fn a_pending_deletion_hides_keys_from_lookups_scans_and_snapshots() {
             && last_error.contains("retried with backoff"),
         "{shown}"
     );
-    let metrics = reqwest::get(server.http_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("hotgate_deletion_requests_overdue 1"),
         "{metrics}"

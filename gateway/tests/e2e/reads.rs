@@ -118,19 +118,10 @@ async fn bad_reads_name_the_problem() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changelog_follow_receives_rows_appended_later() {
-    let (_dir, server, token) = loaded().await;
-    let mut reader = server.client().await;
-    let response = reader
-        .do_get(with_token(
-            arrow_flight::Ticket::new(r#"{"table":"app.events","columns":["id"],"changelog":{"from":"latest","follow":true}}"#),
-            &token,
-        ))
-        .await
-        .unwrap();
-    let stream = response
-        .into_inner()
-        .map(|r| r.map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s))));
-    let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream);
+    let (_dir, _server, token) = loaded().await;
+    let ticket = serde_json::json!({"table": "app.events", "columns": ["id"],
+                                    "changelog": {"from": "latest", "follow": true}});
+    let mut batches = token.stream(ticket).await.unwrap();
     token.put_ok("app.events", vec![events(1000..1003)]).await;
     let mut ids = Vec::new();
     // Generous: bounds a hang, measures nothing.
@@ -185,31 +176,12 @@ async fn flight_info_schema_and_listing() {
     ids.sort();
     assert_eq!(ids, (0..50).collect::<Vec<_>>());
 
-    let schema = client
-        .get_schema(with_token(
-            FlightDescriptor::new_path(vec!["app".into(), "events".into()]),
-            &token,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let schema = arrow_schema::Schema::try_from(&schema).unwrap();
+    let schema = token.schema_of("app.events").await.unwrap();
     assert_eq!(schema.fields().len(), 4);
     assert_eq!(schema.field(0).metadata()["PARQUET:field_id"], "1");
 
-    let flights: Vec<_> = client
-        .list_flights(with_token(arrow_flight::Criteria::default(), &token))
-        .await
-        .unwrap()
-        .into_inner()
-        .collect::<Vec<_>>()
-        .await;
+    let flights = token.list_flights().await;
     assert_eq!(flights.len(), 1);
-    let d = flights[0]
-        .as_ref()
-        .unwrap()
-        .flight_descriptor
-        .clone()
-        .unwrap();
+    let d = flights[0].flight_descriptor.clone().unwrap();
     assert_eq!(d.path, vec!["app", "events"]);
 }

@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
-
 use crate::harness::*;
 
 const DAY_US: i64 = 86_400_000_000;
@@ -47,10 +45,7 @@ async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
     // The scheduler tiers, drops the tiered hot segments, and drops the old day.
     let start = Instant::now();
     let status = loop {
-        let (code, status) = token
-            .http(Method::GET, "/v1/tables/app.events/tiering", None)
-            .await;
-        assert_eq!(code, 200, "{status}");
+        let status = token.http_get("/v1/tables/app.events/tiering").await;
         if status["oldest_day"] == recent_day.as_str() && status["last_cold_retention"].is_object()
         {
             break status;
@@ -98,14 +93,11 @@ async fn cold_retention_drops_old_days_in_both_tiers_and_is_audited() {
     // Both retentions are on the audit record, as hotgate's own actions.
     let root = server.caller("root", &["admin"]);
     for action in ["cold_retention", "hot_retention"] {
-        let (code, body) = root
-            .http(
-                Method::GET,
-                &format!("/v1/audit?limit=100&action={action}&table=app.events"),
-                None,
-            )
+        let body = root
+            .http_get(&format!(
+                "/v1/audit?limit=100&action={action}&table=app.events"
+            ))
             .await;
-        assert_eq!(code, 200, "{body}");
         let records = body["records"].as_array().unwrap();
         assert!(!records.is_empty(), "no {action} record: {body}");
         assert_eq!(records[0]["principal"], "hotgate:system", "{body}");

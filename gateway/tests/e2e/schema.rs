@@ -11,7 +11,7 @@ use arrow_schema::{DataType, Field};
 use reqwest::Method;
 
 use crate::harness::*;
-use crate::tiering::{FAST_TICK, events_in_the_cold_tier, tier};
+use crate::tiering::{FAST_TICK, events_in_the_cold_tier, maintain_now, tier};
 
 /// `events(ids)` with a `note` column: `n<id>`.
 fn events_with_note(ids: std::ops::Range<i64>) -> RecordBatch {
@@ -116,15 +116,6 @@ async fn add_column(
     (status.as_u16(), body)
 }
 
-fn column_names(described: &serde_json::Value) -> Vec<String> {
-    described["definition"]["columns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,7 +180,7 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
     .await;
     assert_eq!(status, 200, "{described}");
     assert_eq!(
-        column_names(&described),
+        described_columns(&described),
         ["id", "customer", "amount", "ts", "note"]
     );
     assert_eq!(described["definition"]["columns"][4]["field_id"], 5);
@@ -214,18 +205,7 @@ async fn an_added_column_reads_as_null_for_old_rows_in_both_tiers() {
         .await;
     let want = expected(0..130, 130..170);
     assert_eq!(ids_and_notes(&server, &token).await, want);
-    let (status, report) = token
-        .http(
-            Method::POST,
-            "/v1/tables/app.events/maintenance",
-            Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
-    assert!(
-        report["compaction"]["files_removed"].as_u64().unwrap() >= 2,
-        "{report}"
-    );
+    maintain_now(&token).await;
     assert_eq!(ids_and_notes(&server, &token).await, want);
 
     // The change survives a restart.
@@ -263,7 +243,7 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(iceberg_columns(&warehouse), original);
     let (_, described) = token.http(Method::GET, "/v1/tables/app.events", None).await;
-    assert_eq!(column_names(&described), original);
+    assert_eq!(described_columns(&described), original);
     server.terminate();
 
     // The process dies between the two steps: the next start sets Iceberg back.
@@ -294,7 +274,7 @@ async fn a_schema_change_that_fails_halfway_changes_neither_tier() {
     let server = Server::start_vars(dir.path(), &FAST_TICK);
     let token = token.at(&server);
     let (_, described) = token.http(Method::GET, "/v1/tables/app.events", None).await;
-    assert_eq!(column_names(&described), original);
+    assert_eq!(described_columns(&described), original);
     assert_eq!(iceberg_columns(&warehouse), original);
 
     // A later change works, and never reuses the field id of the rolled-back column.

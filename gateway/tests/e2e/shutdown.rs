@@ -5,10 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use arrow_flight::Ticket;
-use arrow_flight::decode::FlightRecordBatchStream;
-use futures::{StreamExt, TryStreamExt};
-use reqwest::Method;
+use futures::StreamExt;
 
 use crate::deletion::{file_deletion, wait_for_state};
 use crate::harness::*;
@@ -31,7 +28,6 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
     );
     let token = server.caller("alice", &["analyst"]);
     token.create_table(short_lived_events()).await;
-    let mut client = server.client().await;
     for start in (0..2000).step_by(200) {
         token
             .put_ok("app.events", vec![events(start..start + 200)])
@@ -39,20 +35,9 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
     }
 
     // A follow stream, reading as rows arrive.
-    let follow = client
-        .do_get(with_token(
-            Ticket::new(
-                serde_json::json!({"table": "app.events",
-                    "changelog": {"from": "earliest", "follow": true}})
-                .to_string(),
-            ),
-            &token,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .map_err(|s| arrow_flight::error::FlightError::Tonic(Box::new(s)));
-    let mut follow = FlightRecordBatchStream::new_from_flight_data(follow);
+    let ticket = serde_json::json!({"table": "app.events",
+                                    "changelog": {"from": "earliest", "follow": true}});
+    let mut follow = token.stream(ticket).await.unwrap();
     assert!(follow.next().await.unwrap().unwrap().num_rows() > 0);
 
     // A deletion, held in its cold step.
@@ -107,9 +92,6 @@ async fn sigterm_during_tiering_a_deletion_step_and_a_follow_stream_stops_cleanl
         ids, kept,
         "every acknowledged row but the deleted ones, once"
     );
-    let (status, body) = token
-        .http(Method::GET, "/v1/tables/app.events/tiering", None)
-        .await;
-    assert_eq!(status, 200, "{body}");
+    token.http_get("/v1/tables/app.events/tiering").await;
     server.terminate();
 }

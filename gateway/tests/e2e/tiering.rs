@@ -25,6 +25,17 @@ pub(crate) async fn tier(server: &Server, token: &str) -> serde_json::Value {
     body
 }
 
+/// Maintenance on demand with nothing kept back (every old snapshot expired, every
+/// unreferenced file purged at once); compaction must have merged the cycles' files.
+pub(crate) async fn maintain_now(token: &Caller) -> serde_json::Value {
+    let body = serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"});
+    let path = "/v1/tables/app.events/maintenance";
+    let report = token.http_ok(Method::POST, path, Some(body)).await;
+    let removed = report["compaction"]["files_removed"].as_u64().unwrap();
+    assert!(removed >= 2, "{report}");
+    report
+}
+
 pub(crate) async fn scan_ids(server: &Server, token: &str) -> Vec<i64> {
     let mut client = server.client().await;
     let batches = get(
@@ -55,23 +66,8 @@ pub(crate) async fn wait_hot_purged(server: &Server) {
     }
 }
 
-fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-}
-
 fn count_files(dir: &Path, suffix: &str) -> usize {
-    let mut files = Vec::new();
-    walk(dir, &mut files);
-    files
+    all_files(dir)
         .iter()
         .filter(|p| p.to_string_lossy().ends_with(suffix))
         .count()
@@ -79,13 +75,8 @@ fn count_files(dir: &Path, suffix: &str) -> usize {
 
 /// True once some log's first segment no longer starts at offset 0.
 fn segments_purged(hot_dir: &Path) -> bool {
-    let mut files = Vec::new();
-    walk(hot_dir, &mut files);
     let mut logs = std::collections::BTreeMap::<std::path::PathBuf, Vec<String>>::new();
-    for f in files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-    {
+    for f in &files_with_extension(hot_dir, "log") {
         logs.entry(f.parent().unwrap().to_path_buf())
             .or_default()
             .push(f.file_stem().unwrap().to_string_lossy().into_owned());
@@ -160,10 +151,7 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     assert_eq!(got, (50..240).filter(|i| i % 5 == 3).collect::<Vec<_>>());
 
     // The status shows the watermarks and the files.
-    let (status, body) = token
-        .http(Method::GET, "/v1/tables/app.events/tiering", None)
-        .await;
-    assert_eq!(status, 200, "{body}");
+    let body = token.http_get("/v1/tables/app.events/tiering").await;
     assert_eq!(body["records"], 200);
     assert!(body["files"].as_u64().unwrap() >= 1);
     assert_eq!(body["snapshot_id"], report["snapshot_id"]);
@@ -185,10 +173,7 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
     );
 
     // The boundary counters saw the spanning reads and the 30-minute range.
-    let (status, boundary) = token
-        .http(Method::GET, "/v1/tables/app.events/boundary", None)
-        .await;
-    assert_eq!(status, 200, "{boundary}");
+    let boundary = token.http_get("/v1/tables/app.events/boundary").await;
     assert_eq!(boundary["hot_only"], 0, "{boundary}");
     assert_eq!(boundary["spanning"], 3, "{boundary}");
     assert_eq!(boundary["range_length"]["<=1h"], 1, "{boundary}");
@@ -201,18 +186,7 @@ async fn union_reads_return_every_row_once_across_both_tiers() {
         .http(Method::GET, "/v1/tables/app.events/tiering", None)
         .await;
     assert_eq!(status, 200);
-    let (status, report) = token
-        .http(
-            Method::POST,
-            "/v1/tables/app.events/maintenance",
-            Some(serde_json::json!({"snapshot_retention": "0s", "purge_min_age": "0s"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{report}");
-    assert!(
-        report["compaction"]["files_removed"].as_u64().unwrap() >= 2,
-        "{report}"
-    );
+    let report = maintain_now(&token).await;
     assert!(report["files_purged"].as_u64().unwrap() >= 1, "{report}");
     assert_eq!(
         scan_ids(&server, &token).await,

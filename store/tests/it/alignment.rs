@@ -134,9 +134,7 @@ fn day_partition_matches_iceberg() {
 /// End to end: every row lands in the log iceberg-rust would put it in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_rows_sit_in_their_iceberg_partition() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(5)).await.unwrap();
+    let (_dir, store, _) = store_with(events_spec(5)).await;
     let batch = events(0..500, |i| T0 + (i % 3) * DAY_US + i);
     store.append(&events_name(), &batch).await.unwrap();
     let table = store.table(&events_name()).unwrap();

@@ -40,17 +40,12 @@ fn subject(id: i64) -> bool {
 }
 
 fn segment_bytes_contain(dir: &std::path::Path, needle: &[u8]) -> bool {
-    segment_files(dir).iter().any(|p| {
-        let bytes = std::fs::read(p).unwrap();
-        bytes.windows(needle.len()).any(|w| w == needle)
-    })
+    segment_files(dir).iter().any(|p| file_contains(p, needle))
 }
 
 #[tokio::test]
 async fn deleted_rows_leave_the_bytes_and_other_rows_keep_their_offsets() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(events_spec(2)).await.unwrap();
+    let (dir, store, table) = store_with(events_spec(2)).await;
     for chunk in 0..4 {
         table
             .append(&events(chunk * 50..(chunk + 1) * 50, |i| T0 + i))

@@ -2,9 +2,8 @@
 //! process that is appending.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,34 +14,10 @@ use crate::common::*;
 /// Something done to a copy of the segment before reopening it.
 type Damage = Box<dyn Fn(&Path)>;
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
     let pristine = tempfile::tempdir().unwrap();
-    let store = open(pristine.path()).await;
-    store.create_table(events_spec(1)).await.unwrap();
-    for k in 0..4 {
-        store
-            .append(&events_name(), &events(k * 3..k * 3 + 3, |i| T0 + i))
-            .await
-            .unwrap();
-    }
-    // Closing cuts the segment to its frames (an open one has zeros preallocated after
-    // them), so file lengths are frame bounds.
-    store.close().await;
-    drop(store);
+    closed_store_with_frames(pristine.path(), 4).await;
     let files = segment_files(pristine.path());
     assert_eq!(files.len(), 1);
     let before_last = std::fs::metadata(&files[0]).unwrap().len();
@@ -180,47 +155,40 @@ const CHILD_BASE_ENV: &str = "HOTGATE_KILL9_ID_BASE";
 
 /// The appending child of `kill_9_loses_no_acknowledged_row`. Ignored, so it runs only
 /// when the parent starts it with `--ignored` and the environment set.
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child process of kill_9_loses_no_acknowledged_row"]
-fn kill9_child() {
+async fn kill9_child() {
     let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
         return;
     };
     let base: i64 = std::env::var(CHILD_BASE_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let store = Arc::new(open(Path::new(&dir)).await);
-        store.create_table(events_spec(3)).await.unwrap();
-        let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
-        let tasks: Vec<_> = (0..6i64)
-            .map(|t| {
-                let (store, out) = (Arc::clone(&store), Arc::clone(&out));
-                tokio::spawn(async move {
-                    let mut next = base + t * 10_000_000;
-                    let deadline = Instant::now() + Duration::from_secs(120);
-                    while Instant::now() < deadline {
-                        let n = 1 + (next % 37);
-                        store
-                            .append(&events_name(), &events(next..next + n, |i| T0 + i))
-                            .await
-                            .unwrap();
-                        // Only now is the row acknowledged.
-                        let mut o = out.lock().unwrap();
-                        writeln!(o, "ACK {next} {n}").unwrap();
-                        o.flush().unwrap();
-                        next += n;
-                    }
-                })
+    let store = Arc::new(open(Path::new(&dir)).await);
+    store.create_table(events_spec(3)).await.unwrap();
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let tasks: Vec<_> = (0..6i64)
+        .map(|t| {
+            let (store, out) = (Arc::clone(&store), Arc::clone(&out));
+            tokio::spawn(async move {
+                let mut next = base + t * 10_000_000;
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while Instant::now() < deadline {
+                    let n = 1 + (next % 37);
+                    store
+                        .append(&events_name(), &events(next..next + n, |i| T0 + i))
+                        .await
+                        .unwrap();
+                    // Only now is the row acknowledged.
+                    let mut o = out.lock().unwrap();
+                    writeln!(o, "ACK {next} {n}").unwrap();
+                    o.flush().unwrap();
+                    next += n;
+                }
             })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,53 +197,17 @@ async fn kill_9_loses_no_acknowledged_row() {
     let mut acked: Vec<i64> = Vec::new();
     let mut rng = rand::rng();
     for round in 0..5i64 {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "durability::kill9_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD_DIR_ENV, dir.path())
-            .env(CHILD_BASE_ENV, (round * 1_000_000_000).to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut child = ChildTest::spawn(
+            "durability::kill9_child",
+            &[
+                (CHILD_DIR_ENV, dir.path().display().to_string()),
+                (CHILD_BASE_ENV, (round * 1_000_000_000).to_string()),
+            ],
+        );
         // Wait until the child is appending, then kill it at a random moment.
-        let mut lines = Vec::new();
-        let start = Instant::now();
-        while lines
-            .iter()
-            .filter(|l: &&String| l.starts_with("ACK"))
-            .count()
-            < 5
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "child never acknowledged an append"
-            );
-            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
-                lines.push(l);
-            }
-        }
+        child.wait_for("ACK", 5);
         std::thread::sleep(Duration::from_millis(rng.random_range(0..300)));
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let lines = child.kill9();
         for l in lines {
             let mut parts = l.split_whitespace();
             if parts.next() != Some("ACK") {

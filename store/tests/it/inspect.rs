@@ -18,16 +18,7 @@ fn kinds(frames: &[InspectedFrame]) -> Vec<&'static str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damage_is_reported_frame_by_frame_and_nothing_is_repaired() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(1)).await.unwrap();
-    for k in 0..4 {
-        store
-            .append(&events_name(), &events(k * 3..k * 3 + 3, |i| T0 + i))
-            .await
-            .unwrap();
-    }
-    store.close().await;
-    drop(store);
+    closed_store_with_frames(dir.path(), 4).await;
     let intact = inspect_table(dir.path(), &events_name(), None).unwrap();
     assert_eq!(kinds(&intact), ["rows"; 4]);
     let InspectedFrame::Rows {

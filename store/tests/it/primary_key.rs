@@ -136,9 +136,7 @@ fn state(store: &Store) -> Vec<(i64, String, Option<f64>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_update_delete_write_exact_changelog_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(users_spec()).await.unwrap();
+    let (_dir, store, table) = store_with(users_spec()).await;
 
     let r = table
         .write_changes(&rows(&[7], &["ann"], &[Some(1.5)], &[T0]), ChangeOp::Upsert)
@@ -231,9 +229,7 @@ async fn insert_update_delete_write_exact_changelog_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_meta_and_snapshots_name_exact_offsets() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(users_spec()).await.unwrap();
+    let (_dir, _store, table) = store_with(users_spec()).await;
     let ids: Vec<i64> = (0..40).collect();
     let names: Vec<&str> = vec!["n"; 40];
     let ts: Vec<i64> = ids.iter().map(|i| T0 + i).collect();
@@ -370,9 +366,7 @@ async fn the_state_is_rebuilt_from_the_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_changes_are_refused_and_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(users_spec()).await.unwrap();
+    let (_dir, store, table) = store_with(users_spec()).await;
     // A delete without the key column.
     let no_key = RecordBatch::try_new(
         Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false)])),
@@ -433,124 +427,79 @@ const PK_TASKS: i64 = 4;
 /// The writing child of `kill_9_keeps_state_and_changelog_in_step`: 4 tasks upsert and
 /// delete their own keys (key % 4 == task), one write at a time, printing `BEGIN` before
 /// and `ACK` after each acknowledged write.
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "child process of kill_9_keeps_state_and_changelog_in_step"]
-fn pk_kill9_child() {
+async fn pk_kill9_child() {
     use std::io::Write;
     let Ok(dir) = std::env::var(PK_CHILD_DIR_ENV) else {
         return;
     };
     let seed: i64 = std::env::var(PK_CHILD_SEED_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let store = Arc::new(open(std::path::Path::new(&dir)).await);
-        let table = store.create_table(users_spec()).await.unwrap();
-        let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
-        let mut tasks = tokio::task::JoinSet::new();
-        (0..PK_TASKS).for_each(|t| {
-            let (table, out) = (Arc::clone(&table), Arc::clone(&out));
-            tasks.spawn(async move {
-                let mut n = seed * 1_000_000 + t * 100_000;
-                loop {
-                    n += 1;
-                    let key = t + PK_TASKS * (n * 7919 % 50);
-                    let delete = n % 5 == 0;
-                    {
-                        let mut o = out.lock().unwrap();
-                        let op = if delete { "D" } else { "U" };
-                        writeln!(o, "BEGIN {t} {op} {key} {n}").unwrap();
-                        o.flush().unwrap();
-                    }
-                    if delete {
-                        table
-                            .write_changes(&keys(&[key]), ChangeOp::Delete)
-                            .await
-                            .unwrap();
-                    } else {
-                        let name = format!("v{n}");
-                        table
-                            .write_changes(
-                                &rows(&[key], &[&name], &[Some(n as f64)], &[T0 + n]),
-                                ChangeOp::Upsert,
-                            )
-                            .await
-                            .unwrap();
-                    }
+    let store = Arc::new(open(std::path::Path::new(&dir)).await);
+    let table = store.create_table(users_spec()).await.unwrap();
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let mut tasks = tokio::task::JoinSet::new();
+    (0..PK_TASKS).for_each(|t| {
+        let (table, out) = (Arc::clone(&table), Arc::clone(&out));
+        tasks.spawn(async move {
+            let mut n = seed * 1_000_000 + t * 100_000;
+            loop {
+                n += 1;
+                let key = t + PK_TASKS * (n * 7919 % 50);
+                let delete = n % 5 == 0;
+                {
                     let mut o = out.lock().unwrap();
-                    writeln!(o, "ACK {t}").unwrap();
+                    let op = if delete { "D" } else { "U" };
+                    writeln!(o, "BEGIN {t} {op} {key} {n}").unwrap();
                     o.flush().unwrap();
                 }
-            });
+                if delete {
+                    table
+                        .write_changes(&keys(&[key]), ChangeOp::Delete)
+                        .await
+                        .unwrap();
+                } else {
+                    let name = format!("v{n}");
+                    table
+                        .write_changes(
+                            &rows(&[key], &[&name], &[Some(n as f64)], &[T0 + n]),
+                            ChangeOp::Upsert,
+                        )
+                        .await
+                        .unwrap();
+                }
+                let mut o = out.lock().unwrap();
+                writeln!(o, "ACK {t}").unwrap();
+                o.flush().unwrap();
+            }
         });
-        // The writers never finish: this waits until the parent kills the process (or
-        // a writer panics).
-        if let Some(Err(e)) = tasks.join_next().await {
-            panic!("a writer failed: {e}");
-        }
     });
+    // The writers never finish: this waits until the parent kills the process (or
+    // a writer panics).
+    if let Some(Err(e)) = tasks.join_next().await {
+        panic!("a writer failed: {e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_keeps_state_and_changelog_in_step() {
     use std::collections::HashMap;
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();
     // key -> name of its current row (None: deleted or never written).
     let mut expected: HashMap<i64, Option<String>> = HashMap::new();
     for round in 1..=3i64 {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "primary_key::pk_kill9_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(PK_CHILD_DIR_ENV, dir.path())
-            .env(PK_CHILD_SEED_ENV, round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut lines = Vec::new();
-        let start = Instant::now();
-        while lines
-            .iter()
-            .filter(|l: &&String| l.starts_with("ACK"))
-            .count()
-            < 40
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "the child never wrote"
-            );
-            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
-                lines.push(l);
-            }
-        }
+        let mut child = ChildTest::spawn(
+            "primary_key::pk_kill9_child",
+            &[
+                (PK_CHILD_DIR_ENV, dir.path().display().to_string()),
+                (PK_CHILD_SEED_ENV, round.to_string()),
+            ],
+        );
+        child.wait_for("ACK", 40);
         std::thread::sleep(Duration::from_millis(50 * round as u64));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let lines = child.kill9();
         // Fold the acknowledged writes; the one write per task still in flight may or
         // may not have landed.
         let mut pending: HashMap<i64, (i64, Option<String>)> = HashMap::new();
@@ -632,9 +581,7 @@ fn tiers_of(store: &Store, ids: &[i64]) -> Vec<(i64, Option<String>)> {
 
 #[tokio::test]
 async fn an_added_column_reads_as_null_in_old_state_and_old_changelog_frames() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(users_spec()).await.unwrap();
+    let (dir, store, table) = store_with(users_spec()).await;
     table
         .write_changes(
             &rows(
@@ -733,9 +680,7 @@ async fn an_added_column_reads_as_null_in_old_state_and_old_changelog_frames() {
 /// and after the writes the cache and RocksDB both hold the last write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_racing_writes_see_whole_bucket_writes_and_the_last_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(users_spec()).await.unwrap();
+    let (dir, store, table) = store_with(users_spec()).await;
     let ids: Vec<i64> = (0..64).collect();
     let buckets = hotgate_store::bucket::buckets_of(
         &(Arc::new(Int64Array::from(ids.clone())) as ArrayRef),

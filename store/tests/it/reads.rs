@@ -10,9 +10,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projection_returns_only_the_named_columns_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(2)).await.unwrap();
+    let (_dir, store, _) = store_with(events_spec(2)).await;
     store
         .append(&events_name(), &events(0..300, |i| T0 + i))
         .await
@@ -61,9 +59,7 @@ async fn projection_returns_only_the_named_columns_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_ranges_prune_frames_and_filter_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(1)).await.unwrap();
+    let (_dir, store, _) = store_with(events_spec(1)).await;
     // Ten appends, each one hour of events: ten frames with disjoint time bounds.
     let hour = 3_600_000_000i64;
     for h in 0..10 {
@@ -109,15 +105,7 @@ async fn time_ranges_prune_frames_and_filter_rows() {
             1,
             "the time column used for filtering leaked"
         );
-        ids.extend(
-            b.column(0)
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .values()
-                .iter()
-                .copied(),
-        );
+        ids.extend(int64_values(std::slice::from_ref(&b), "id"));
     }
     assert_eq!(ids, (330..500).collect::<Vec<_>>());
     // Exact boundaries: since is inclusive, until exclusive.
@@ -150,9 +138,7 @@ async fn time_ranges_prune_frames_and_filter_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_wakes_on_append() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(events_spec(1)).await.unwrap();
+    let (_dir, store, table) = store_with(events_spec(1)).await;
     let log = LogId {
         day: Some(day_of_micros(T0)),
         bucket: 0,
@@ -163,16 +149,7 @@ async fn tail_wakes_on_append() {
         let mut ids = Vec::new();
         while ids.len() < 30 {
             let b = tail.next().await.unwrap();
-            ids.extend(
-                b.batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap()
-                    .values()
-                    .iter()
-                    .copied(),
-            );
+            ids.extend(int64_values(std::slice::from_ref(&b.batch), "id"));
         }
         (ids, tail.position())
     });

@@ -16,9 +16,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_survives_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(4)).await.unwrap();
+    let (dir, store, _) = store_with(events_spec(4)).await;
     let batch = events(0..1000, |i| T0 + i * 1_000);
     let result = store.append(&events_name(), &batch).await.unwrap();
     assert_eq!(result.rows, 1000);
@@ -94,9 +92,7 @@ async fn round_trip_survives_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_are_contiguous_per_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(3)).await.unwrap();
+    let (_dir, store, _) = store_with(events_spec(3)).await;
     let mut by_log: BTreeMap<LogId, Vec<(u64, u64)>> = BTreeMap::new();
     for round in 0..20 {
         let r = store
@@ -148,9 +144,7 @@ fn expect_invalid(err: hotgate_store::StoreError, needle: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_batches_are_refused_and_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(2)).await.unwrap();
+    let (dir, store, _) = store_with(events_spec(2)).await;
     let good = events(0..10, |i| T0 + i);
     let ts = || timestamps([T0; 2]);
 
@@ -268,9 +262,7 @@ async fn concurrent_appends_lose_and_duplicate_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_definitions_are_checked_and_persisted() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    store.create_table(events_spec(2)).await.unwrap();
+    let (dir, store, _) = store_with(events_spec(2)).await;
     // The same definition again is fine; a different one is refused.
     store.create_table(events_spec(2)).await.unwrap();
     let err = store.create_table(events_spec(3)).await.unwrap_err();
@@ -285,9 +277,7 @@ async fn table_definitions_are_checked_and_persisted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_appends_commit_in_the_order_they_were_begun() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let table = store.create_table(events_spec(1)).await.unwrap();
+    let (_dir, store, table) = store_with(events_spec(1)).await;
     let mut pending = Vec::new();
     for k in 0..50 {
         pending.push(

@@ -10,33 +10,18 @@ use hotgate_tiering::ErrorKind;
 use hotgate_tiering::commit::{CommitRequest, commit};
 use hotgate_tiering::convert::Converter;
 
-use crate::common::{T0, cold_ids, events, fixture, live_files};
+use crate::common::{T0, cold_ids, cold_rows, events, fixture, live_files};
 
 #[tokio::test]
 async fn an_overwrite_replaces_files_and_keeps_rows() {
     let f = fixture(1).await;
-    for i in 0..3 {
-        f.hot
-            .append(&events(i * 10..(i + 1) * 10, T0))
-            .await
-            .unwrap();
-        f.tierer.cycle(&f.hot, T0, true).await.unwrap();
-    }
+    f.cycles(3).await;
     let table = f.table().await;
     let before = live_files(&table).await;
     assert_eq!(before.len(), 3);
 
     // Rewrite the three small files of the one partition as one.
-    let rows: Vec<RecordBatch> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let rows = cold_rows(&table, &["id", "customer", "email", "ts"]).await;
     let converter = Converter::new(&table, 1 << 30, "compact-test".into()).unwrap();
     let log = LogId {
         day: Some((T0 / 86_400_000_000) as i32),

@@ -58,6 +58,18 @@ impl Fixture {
     pub(crate) async fn table(&self) -> Table {
         self.tierer.catalog().load(self.def().name()).await.unwrap()
     }
+
+    /// `n` tiering cycles of ten new rows each (ids `0..10n`), so the cold tier holds
+    /// `n` files of one log.
+    pub(crate) async fn cycles(&self, n: i64) {
+        for i in 0..n {
+            self.hot
+                .append(&events(i * 10..(i + 1) * 10, T0))
+                .await
+                .unwrap();
+            self.tierer.cycle(&self.hot, T0, true).await.unwrap();
+        }
+    }
 }
 
 /// Rows with ids `ids`, customers cycling over 7 names, one row a minute from `start`.
@@ -83,18 +95,23 @@ pub(crate) async fn cold_ids(table: &Table) -> Vec<i64> {
     if table.metadata().current_snapshot().is_none() {
         return Vec::new();
     }
+    let mut ids = int64_values(&cold_rows(table, &["id"]).await, "id");
+    ids.sort_unstable();
+    ids
+}
+
+/// The `columns` of every row of the table's current snapshot, read with
+/// iceberg-rust's scan.
+pub(crate) async fn cold_rows(table: &Table, columns: &[&str]) -> Vec<RecordBatch> {
     let stream = table
         .scan()
-        .select(["id"])
+        .select(columns.iter().copied())
         .build()
         .unwrap()
         .to_arrow()
         .await
         .unwrap();
-    let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
-    let mut ids = int64_values(&batches, "id");
-    ids.sort_unstable();
-    ids
+    stream.try_collect().await.unwrap()
 }
 
 /// The data files live in the current snapshot.

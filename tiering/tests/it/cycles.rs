@@ -139,18 +139,7 @@ async fn cold_scans_push_comparisons_down_and_leave_out_what_does_not_bind() {
         .try_collect()
         .await
         .unwrap();
-    let mut ids: Vec<i64> = batches
-        .iter()
-        .flat_map(|b| {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<arrow_array::Int64Array>()
-                .unwrap()
-                .values()
-                .to_vec()
-        })
-        .collect();
-    ids.sort_unstable();
+    let ids = hotgate_testkit::ints(&batches, "id");
     // Only the matching rows come back: the comparisons reached iceberg's row filter.
     assert_eq!(ids, (50..100).filter(|i| i % 7 == 3).collect::<Vec<_>>());
 }

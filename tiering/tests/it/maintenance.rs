@@ -25,13 +25,7 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn compaction_expiry_and_purge_leave_one_readable_snapshot() {
     let f = fixture(1).await;
-    for i in 0..4 {
-        f.hot
-            .append(&events(i * 10..(i + 1) * 10, T0))
-            .await
-            .unwrap();
-        f.tierer.cycle(&f.hot, T0, true).await.unwrap();
-    }
+    f.cycles(4).await;
     let before = f.table().await;
     let old_files = live_files(&before).await;
     assert_eq!(old_files.len(), 4);
@@ -173,13 +167,7 @@ async fn erasing_history_waits_for_reads_of_expired_snapshots() {
     use futures::TryStreamExt;
 
     let f = fixture(1).await;
-    for i in 0..2 {
-        f.hot
-            .append(&events(i * 10..(i + 1) * 10, T0))
-            .await
-            .unwrap();
-        f.tierer.cycle(&f.hot, T0, true).await.unwrap();
-    }
+    f.cycles(2).await;
     let reading = f.tierer.cold_snapshot(f.def().name()).unwrap().unwrap();
     let planned_on = live_files(&f.table().await).await;
 
@@ -219,17 +207,7 @@ async fn erasing_history_waits_for_reads_of_expired_snapshots() {
         .try_collect()
         .await
         .unwrap();
-    let mut ids: Vec<i64> = batches
-        .iter()
-        .flat_map(|b| {
-            b.column_by_name("id")
-                .unwrap()
-                .as_primitive::<arrow_array::types::Int64Type>()
-                .values()
-                .to_vec()
-        })
-        .collect();
-    ids.sort_unstable();
+    let ids = hotgate_testkit::ints(&batches, "id");
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
     drop(batches);
     drop(reading);

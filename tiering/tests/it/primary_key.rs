@@ -7,7 +7,6 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
-use futures::TryStreamExt;
 use hotgate_store::{ChangeOp, HotTable, Store, StoreOptions, TableSpec};
 use hotgate_tiering::{Catalog, CatalogConfig, TieredOffsets, Tierer};
 use iceberg::spec::Transform;
@@ -15,7 +14,7 @@ use iceberg::table::Table;
 
 use hotgate_testkit::{batch, int64s, strings};
 
-use crate::common::{T0, live_files};
+use crate::common::{T0, cold_rows, live_files};
 
 const BUCKETS: u32 = 4;
 
@@ -52,17 +51,7 @@ fn bucket_of(id: i64) -> u32 {
 /// `id -> balance` of the current snapshot, read with iceberg-rust; a duplicate key
 /// fails the test.
 async fn cold_state(table: &Table) -> BTreeMap<i64, i64> {
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .select(["id", "balance"])
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = cold_rows(table, &["id", "balance"]).await;
     let mut state = BTreeMap::new();
     for b in &batches {
         let ids = b.column(0).as_primitive::<Int64Type>();

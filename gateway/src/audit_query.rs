@@ -1,4 +1,6 @@
 //! Reading audit records back (`GET /v1/audit`): filters, newest first, paged by seq.
+//! It sits above both [`crate::audit`] and [`crate::planner`]: the planner applies deletions,
+//! whose steps write audit records, so the audit module itself must not plan.
 //!
 //! The query is an ordinary scan of `_system.audit` through the caller's secure view, so
 //! policies on the audit table apply to auditors like to anyone.
@@ -10,7 +12,7 @@ use hotgate_policy::SecureView;
 use hotgate_store::HotTable;
 use serde::{Deserialize, Serialize};
 
-use super::table::{LIST_COLUMNS, audit_table_name};
+use crate::audit::table::{LIST_COLUMNS, audit_table_name};
 use crate::error::{GatewayError, Result};
 use crate::planner::{choose_tiers, plan_scan};
 use crate::ticket::Scan;
