@@ -316,14 +316,13 @@ async fn bad_changes_are_refused_and_write_nothing() {
         ],
     )
     .unwrap();
-    let err = put_cmd(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts"}),
-        vec![with_null],
-    )
-    .await
-    .unwrap_err();
+    let err = token
+        .put_cmd(
+            serde_json::json!({"table": "app.accounts"}),
+            vec![with_null],
+        )
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("null"), "{}", err.message());
     // A delete batch without the key column.
@@ -336,14 +335,13 @@ async fn bad_changes_are_refused_and_write_nothing() {
         vec![Arc::new(StringArray::from(vec!["owner-1"]))],
     )
     .unwrap();
-    let err = put_cmd(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts", "op": "delete"}),
-        vec![no_key],
-    )
-    .await
-    .unwrap_err();
+    let err = token
+        .put_cmd(
+            serde_json::json!({"table": "app.accounts", "op": "delete"}),
+            vec![no_key],
+        )
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(
         err.message().contains("missing key column"),
@@ -685,15 +683,10 @@ async fn a_primary_key_table_may_omit_the_time_column() {
         ],
     )
     .unwrap();
-    let mut client = server.client().await;
-    put_cmd(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.flags"}),
-        vec![batch],
-    )
-    .await
-    .unwrap();
+    token
+        .put_cmd(serde_json::json!({"table": "app.flags"}), vec![batch])
+        .await
+        .unwrap();
     let rows = token
         .rows(serde_json::json!({"table": "app.flags", "filter": "enabled"}))
         .await;
@@ -743,14 +736,10 @@ async fn a_large_lookup_is_split_into_grpc_sized_messages() {
         ],
     )
     .unwrap();
-    put_cmd(
-        &mut client,
-        &token,
-        serde_json::json!({"table": "app.accounts"}),
-        vec![batch],
-    )
-    .await
-    .unwrap();
+    token
+        .put_cmd(serde_json::json!({"table": "app.accounts"}), vec![batch])
+        .await
+        .unwrap();
     let keys: Vec<serde_json::Value> = (0..n + 1).map(|i| serde_json::json!({"id": i})).collect();
     let (batches, meta) = get_with_metadata(
         &mut client,
