@@ -17,12 +17,7 @@ pub fn content_grants() -> serde_json::Value {
         &["alice", "ingest", "py", "bob"],
     );
     // alice also holds the role through `analyst`.
-    doc["catalogs"][0]["catalogRoles"][0]["principalRoles"] =
-        serde_json::json!(["writer", "analyst"]);
-    doc["principalRoles"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "analyst", "principals": ["alice"]}));
+    add_principal_role(&mut doc, "analyst", "content", &["alice"]);
     add_admin(&mut doc);
     let audit = serde_json::json!([{"type": "table", "namespace": ["_system"], "tableName": "audit",
                                     "privilege": "TABLE_READ_DATA"}]);
@@ -58,9 +53,28 @@ pub fn add_role(
     doc["catalogs"][0]["catalogRoles"]
         .as_array_mut()
         .expect("a grants document")
-        .push(
-            serde_json::json!({"name": role, "principalRoles": [principal_role], "grants": grants}),
-        );
+        .push(serde_json::json!({"name": role, "principalRoles": [], "grants": grants}));
+    add_principal_role(doc, principal_role, role, principals);
+}
+
+/// Adds principal role `principal_role` of `principals`, holding the existing catalog
+/// role `role`.
+pub fn add_principal_role(
+    doc: &mut serde_json::Value,
+    principal_role: &str,
+    role: &str,
+    principals: &[&str],
+) {
+    let held = doc["catalogs"][0]["catalogRoles"]
+        .as_array_mut()
+        .expect("a grants document")
+        .iter_mut()
+        .find(|r| r["name"] == role)
+        .unwrap_or_else(|| panic!("no catalog role {role} in the grants document"));
+    held["principalRoles"]
+        .as_array_mut()
+        .expect("a catalog role")
+        .push(principal_role.into());
     doc["principalRoles"]
         .as_array_mut()
         .expect("a grants document")
