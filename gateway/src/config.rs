@@ -436,156 +436,97 @@ mod tests {
         assert!(missing.unwrap_err().to_string().contains("cannot read"));
     }
 
+    /// A configuration variable, a value for it, and the effect it must have.
+    type Variable = (&'static str, &'static str, Box<dyn Fn(&Config) -> bool>);
+
+    fn var(name: &'static str, value: &'static str, effect: fn(&Config) -> bool) -> Variable {
+        (name, value, Box::new(effect))
+    }
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
     /// Every configuration variable, a value for it, and the effect it must have.
-    #[allow(clippy::type_complexity)]
-    fn every_variable() -> Vec<(&'static str, &'static str, Box<dyn Fn(&Config) -> bool>)> {
-        let s = Duration::from_secs;
+    fn every_variable() -> Vec<Variable> {
         vec![
-            (
-                "HOTGATE_DATA_DIR",
-                "/srv/hg",
-                Box::new(|c| c.data_dir == Path::new("/srv/hg")),
-            ),
-            (
-                "HOTGATE_FLIGHT_ADDR",
-                "0.0.0.0:7001",
-                Box::new(|c| c.flight_addr.port() == 7001),
-            ),
-            (
-                "HOTGATE_HTTP_ADDR",
-                "0.0.0.0:7002",
-                Box::new(|c| c.http_addr.port() == 7002),
-            ),
-            (
-                "HOTGATE_HASH_KEY_FILE",
-                "/k/hash",
-                Box::new(|c| c.hash_key_file.as_deref() == Some(Path::new("/k/hash"))),
-            ),
-            (
-                "HOTGATE_AUTH_ISSUER",
-                "idp",
-                Box::new(|c| c.auth.issuer == "idp"),
-            ),
-            (
-                "HOTGATE_AUTH_AUDIENCE",
-                "aud",
-                Box::new(|c| c.auth.audience == "aud"),
-            ),
-            (
-                "HOTGATE_AUTH_JWKS_FILE",
-                "/k/jwks.json",
-                Box::new(|c| c.auth.jwks_file.as_deref() == Some(Path::new("/k/jwks.json"))),
-            ),
-            (
-                "HOTGATE_AUTH_JWKS_URL",
-                "http://idp/jwks",
-                Box::new(|c| c.auth.jwks_url.as_deref() == Some("http://idp/jwks")),
-            ),
-            (
-                "HOTGATE_AUTH_JWKS_REFRESH",
-                "7m",
-                Box::new(move |c| c.auth.jwks_refresh == s(420)),
-            ),
-            (
-                "HOTGATE_GRANTS_SOURCE",
-                "polaris",
-                Box::new(|c| c.grants.source == GrantsSourceKind::Polaris),
-            ),
-            (
-                "HOTGATE_GRANTS_FILE",
-                "/g.json",
-                Box::new(|c| c.grants.file.as_deref() == Some(Path::new("/g.json"))),
-            ),
-            (
-                "HOTGATE_GRANTS_CATALOG",
-                "prod",
-                Box::new(|c| c.grants.catalog == "prod"),
-            ),
-            (
-                "HOTGATE_GRANTS_REFRESH",
-                "9s",
-                Box::new(move |c| c.grants.refresh == s(9)),
-            ),
-            (
-                "HOTGATE_GRANTS_MAX_STALENESS",
-                "11s",
-                Box::new(move |c| c.grants.max_staleness == s(11)),
-            ),
-            (
-                "HOTGATE_GRANTS_POLARIS_URL",
-                "http://p:8181",
-                Box::new(|c| c.grants.polaris_url.as_deref() == Some("http://p:8181")),
-            ),
-            (
-                "HOTGATE_GRANTS_POLARIS_TOKEN",
-                "tok",
-                Box::new(|c| c.grants.polaris_token.as_deref() == Some("tok")),
-            ),
-            (
-                "HOTGATE_GRANTS_POLARIS_TOKEN_FILE",
-                "/t",
-                Box::new(|c| c.grants.polaris_token_file.as_deref() == Some(Path::new("/t"))),
-            ),
-            (
-                "HOTGATE_AUDIT_ENABLED",
-                "false",
-                Box::new(|c| !c.audit.enabled),
-            ),
-            (
-                "HOTGATE_AUDIT_CHECKPOINT_EVERY",
-                "77",
-                Box::new(|c| c.audit.checkpoint_every == 77),
-            ),
-            (
-                "HOTGATE_AUDIT_CHECKPOINT_INTERVAL",
-                "13s",
-                Box::new(move |c| c.audit.checkpoint_interval == s(13)),
-            ),
-            (
-                "HOTGATE_AUDIT_HOT_RETENTION",
-                "2days",
-                Box::new(move |c| c.audit.hot_retention == s(2 * 86_400)),
-            ),
-            (
-                "HOTGATE_AUDIT_KEY_FILE",
-                "/k/a",
-                Box::new(|c| c.audit.key_file.as_deref() == Some(Path::new("/k/a"))),
-            ),
-            (
-                "HOTGATE_TIERING_SCHEDULER",
-                "false",
-                Box::new(|c| !c.tiering.scheduler),
-            ),
-            (
-                "HOTGATE_TIERING_TICK",
-                "3s",
-                Box::new(move |c| c.tiering.tick == s(3)),
-            ),
-            (
-                "HOTGATE_TIERING_MAINTENANCE_INTERVAL",
-                "17s",
-                Box::new(move |c| c.tiering.maintenance_interval == s(17)),
-            ),
-            (
-                "HOTGATE_TIERING_SNAPSHOT_RETENTION",
-                "19s",
-                Box::new(move |c| c.tiering.snapshot_retention == s(19)),
-            ),
-            (
-                "HOTGATE_TIERING_PURGE_MIN_AGE",
-                "23s",
-                Box::new(move |c| c.tiering.purge_min_age == s(23)),
-            ),
-            (
-                "HOTGATE_DELETION_TIME_BOUND",
-                "29s",
-                Box::new(move |c| c.deletion.time_bound == s(29)),
-            ),
-            (
-                "HOTGATE_STORE_STATE_CACHE_MB",
-                "31",
-                Box::new(|c| c.store.state_cache_mb == 31),
-            ),
+            var("HOTGATE_DATA_DIR", "/srv/hg", |c| {
+                c.data_dir == Path::new("/srv/hg")
+            }),
+            var("HOTGATE_FLIGHT_ADDR", "0.0.0.0:7001", |c| {
+                c.flight_addr.port() == 7001
+            }),
+            var("HOTGATE_HTTP_ADDR", "0.0.0.0:7002", |c| {
+                c.http_addr.port() == 7002
+            }),
+            var("HOTGATE_HASH_KEY_FILE", "/k/hash", |c| {
+                c.hash_key_file.as_deref() == Some(Path::new("/k/hash"))
+            }),
+            var("HOTGATE_AUTH_ISSUER", "idp", |c| c.auth.issuer == "idp"),
+            var("HOTGATE_AUTH_AUDIENCE", "aud", |c| c.auth.audience == "aud"),
+            var("HOTGATE_AUTH_JWKS_FILE", "/k/jwks.json", |c| {
+                c.auth.jwks_file.as_deref() == Some(Path::new("/k/jwks.json"))
+            }),
+            var("HOTGATE_AUTH_JWKS_URL", "http://idp/jwks", |c| {
+                c.auth.jwks_url.as_deref() == Some("http://idp/jwks")
+            }),
+            var("HOTGATE_AUTH_JWKS_REFRESH", "7m", |c| {
+                c.auth.jwks_refresh == s(420)
+            }),
+            var("HOTGATE_GRANTS_SOURCE", "polaris", |c| {
+                c.grants.source == GrantsSourceKind::Polaris
+            }),
+            var("HOTGATE_GRANTS_FILE", "/g.json", |c| {
+                c.grants.file.as_deref() == Some(Path::new("/g.json"))
+            }),
+            var("HOTGATE_GRANTS_CATALOG", "prod", |c| {
+                c.grants.catalog == "prod"
+            }),
+            var("HOTGATE_GRANTS_REFRESH", "9s", |c| c.grants.refresh == s(9)),
+            var("HOTGATE_GRANTS_MAX_STALENESS", "11s", |c| {
+                c.grants.max_staleness == s(11)
+            }),
+            var("HOTGATE_GRANTS_POLARIS_URL", "http://p:8181", |c| {
+                c.grants.polaris_url.as_deref() == Some("http://p:8181")
+            }),
+            var("HOTGATE_GRANTS_POLARIS_TOKEN", "tok", |c| {
+                c.grants.polaris_token.as_deref() == Some("tok")
+            }),
+            var("HOTGATE_GRANTS_POLARIS_TOKEN_FILE", "/t", |c| {
+                c.grants.polaris_token_file.as_deref() == Some(Path::new("/t"))
+            }),
+            var("HOTGATE_AUDIT_ENABLED", "false", |c| !c.audit.enabled),
+            var("HOTGATE_AUDIT_CHECKPOINT_EVERY", "77", |c| {
+                c.audit.checkpoint_every == 77
+            }),
+            var("HOTGATE_AUDIT_CHECKPOINT_INTERVAL", "13s", |c| {
+                c.audit.checkpoint_interval == s(13)
+            }),
+            var("HOTGATE_AUDIT_HOT_RETENTION", "2days", |c| {
+                c.audit.hot_retention == s(2 * 86_400)
+            }),
+            var("HOTGATE_AUDIT_KEY_FILE", "/k/a", |c| {
+                c.audit.key_file.as_deref() == Some(Path::new("/k/a"))
+            }),
+            var("HOTGATE_TIERING_SCHEDULER", "false", |c| {
+                !c.tiering.scheduler
+            }),
+            var("HOTGATE_TIERING_TICK", "3s", |c| c.tiering.tick == s(3)),
+            var("HOTGATE_TIERING_MAINTENANCE_INTERVAL", "17s", |c| {
+                c.tiering.maintenance_interval == s(17)
+            }),
+            var("HOTGATE_TIERING_SNAPSHOT_RETENTION", "19s", |c| {
+                c.tiering.snapshot_retention == s(19)
+            }),
+            var("HOTGATE_TIERING_PURGE_MIN_AGE", "23s", |c| {
+                c.tiering.purge_min_age == s(23)
+            }),
+            var("HOTGATE_DELETION_TIME_BOUND", "29s", |c| {
+                c.deletion.time_bound == s(29)
+            }),
+            var("HOTGATE_STORE_STATE_CACHE_MB", "31", |c| {
+                c.store.state_cache_mb == 31
+            }),
         ]
     }
 

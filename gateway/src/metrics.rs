@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 use hotgate_store::{MetricsSnapshot, Store};
 
 use crate::deletion::{DeletionState, Deletions};
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -31,76 +32,79 @@ pub struct GatewayMetrics {
     last: Mutex<MetricsSnapshot>,
 }
 
-fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
-    let c = IntCounter::new(name, help).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+/// `metric`, registered with `registry`. The metrics are fixed at compile time, so a
+/// failure here is a programming error.
+fn registered<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: prometheus::Result<C>,
+) -> C {
+    let metric = metric.unwrap_or_else(|e| panic!("metric: {e}"));
     registry
-        .register(Box::new(c.clone()))
-        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    c
+        .register(Box::new(metric.clone()))
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+    metric
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    registered(registry, IntCounter::new(name, help))
 }
 
 impl GatewayMetrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new("hotgate_requests_total", "Flight calls by method"),
-            &["method"],
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        let errors = IntCounterVec::new(
-            Opts::new("hotgate_errors_total", "Failed calls by status code"),
-            &["code"],
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        let read_seconds = HistogramVec::new(
-            HistogramOpts::new("hotgate_read_seconds", "Duration of read streams by kind")
-                .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap_or_default()),
-            &["kind"],
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        let group_commit_frames = Histogram::with_opts(
-            HistogramOpts::new(
-                "hotgate_group_commit_frames",
-                "Frames per fsync, averaged over each scrape interval",
-            )
-            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]),
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        for c in [&requests, &errors] {
-            registry
-                .register(Box::new(c.clone()))
-                .unwrap_or_else(|e| panic!("metric: {e}"));
-        }
-        registry
-            .register(Box::new(read_seconds.clone()))
-            .unwrap_or_else(|e| panic!("metric: {e}"));
-        registry
-            .register(Box::new(group_commit_frames.clone()))
-            .unwrap_or_else(|e| panic!("metric: {e}"));
-        let deletions = IntGaugeVec::new(
-            Opts::new("hotgate_deletion_requests", "Deletion requests by state"),
-            &["state"],
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        let deletions_overdue = IntGauge::new(
-            "hotgate_deletion_requests_overdue",
-            "Deletion requests past their time bound and not verified",
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        let state_cache_bytes = IntGauge::new(
-            "hotgate_state_cache_bytes",
-            "Memory held by the cached current rows of primary-key tables",
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        registry
-            .register(Box::new(state_cache_bytes.clone()))
-            .unwrap_or_else(|e| panic!("metric: {e}"));
-        registry
-            .register(Box::new(deletions.clone()))
-            .unwrap_or_else(|e| panic!("metric: {e}"));
-        registry
-            .register(Box::new(deletions_overdue.clone()))
-            .unwrap_or_else(|e| panic!("metric: {e}"));
+        let requests = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new("hotgate_requests_total", "Flight calls by method"),
+                &["method"],
+            ),
+        );
+        let errors = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new("hotgate_errors_total", "Failed calls by status code"),
+                &["code"],
+            ),
+        );
+        let read_seconds = registered(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new("hotgate_read_seconds", "Duration of read streams by kind")
+                    .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap_or_default()),
+                &["kind"],
+            ),
+        );
+        let group_commit_frames = registered(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "hotgate_group_commit_frames",
+                    "Frames per fsync, averaged over each scrape interval",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]),
+            ),
+        );
+        let deletions = registered(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new("hotgate_deletion_requests", "Deletion requests by state"),
+                &["state"],
+            ),
+        );
+        let deletions_overdue = registered(
+            &registry,
+            IntGauge::new(
+                "hotgate_deletion_requests_overdue",
+                "Deletion requests past their time bound and not verified",
+            ),
+        );
+        let state_cache_bytes = registered(
+            &registry,
+            IntGauge::new(
+                "hotgate_state_cache_bytes",
+                "Memory held by the cached current rows of primary-key tables",
+            ),
+        );
         Self {
             put_rows: counter(
                 &registry,

@@ -10,7 +10,7 @@ use std::fmt;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
+    ArrowPrimitiveType, Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
 };
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, TimeUnit};
@@ -104,6 +104,22 @@ fn bucket_of_hash(hash: i32, n: u32) -> u32 {
     ((hash & i32::MAX) % n as i32) as u32
 }
 
+/// Iceberg hashes int, long, date and timestamp keys alike: the value widened to a long,
+/// as 8 little-endian bytes.
+fn bucket_longs<T: ArrowPrimitiveType>(keys: &ArrayRef, n: u32) -> Vec<u32>
+where
+    T::Native: Into<i64>,
+{
+    keys.as_primitive::<T>()
+        .values()
+        .iter()
+        .map(|v| {
+            let long: i64 = (*v).into();
+            bucket_of_hash(murmur3(&long.to_le_bytes()), n)
+        })
+        .collect()
+}
+
 /// The Iceberg bucket of every row of `keys`. Nulls are an error: the bucket key is
 /// non-nullable by definition and validated before routing.
 pub fn buckets_of(keys: &ArrayRef, n: u32) -> Result<Vec<u32>> {
@@ -112,32 +128,13 @@ pub fn buckets_of(keys: &ArrayRef, n: u32) -> Result<Vec<u32>> {
             "bucket key contains nulls".into(),
         ));
     }
-    let long = |v: i64| bucket_of_hash(murmur3(&v.to_le_bytes()), n);
     let out = match keys.data_type() {
-        DataType::Int32 => keys
-            .as_primitive::<Int32Type>()
-            .values()
-            .iter()
-            .map(|v| long(*v as i64))
-            .collect(),
-        DataType::Int64 => keys
-            .as_primitive::<Int64Type>()
-            .values()
-            .iter()
-            .map(|v| long(*v))
-            .collect(),
-        DataType::Date32 => keys
-            .as_primitive::<Date32Type>()
-            .values()
-            .iter()
-            .map(|v| long(*v as i64))
-            .collect(),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => keys
-            .as_primitive::<TimestampMicrosecondType>()
-            .values()
-            .iter()
-            .map(|v| long(*v))
-            .collect(),
+        DataType::Int32 => bucket_longs::<Int32Type>(keys, n),
+        DataType::Int64 => bucket_longs::<Int64Type>(keys, n),
+        DataType::Date32 => bucket_longs::<Date32Type>(keys, n),
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            bucket_longs::<TimestampMicrosecondType>(keys, n)
+        }
         DataType::Decimal128(_, _) => keys
             .as_primitive::<Decimal128Type>()
             .values()

@@ -319,7 +319,9 @@ pub(crate) fn read_frame(
         )));
     }
     if trailing > 0 && column_count < schema.fields().len() {
-        return read_older_frame(file, path, meta, schema, projection, trailing);
+        let written_schema = older_frame_schema(schema, column_count, trailing);
+        let written = read_whole_frame(file, path, meta, written_schema)?;
+        return lay_out_older_frame(&written, schema, projection, trailing);
     }
     let payload_pos = meta.position + HEADER_LEN as u64;
     let full =
@@ -395,18 +397,9 @@ pub(crate) fn read_frame(
     Ok(RecordBatch::try_new(out_schema, columns)?)
 }
 
-/// A frame with trailing columns written before columns were added: decoded whole with
-/// the schema it was written with, then laid out as the table's schema, the added
-/// columns null.
-fn read_older_frame(
-    file: &File,
-    path: &Path,
-    meta: &FrameMeta,
-    schema: &SchemaRef,
-    projection: &[usize],
-    trailing: usize,
-) -> Result<RecordBatch> {
-    let column_count = meta.column_count as usize;
+/// The schema a frame with trailing columns was written with, before the table's
+/// later columns were added: the first columns, then the trailing ones.
+fn older_frame_schema(schema: &SchemaRef, column_count: usize, trailing: usize) -> SchemaRef {
     let kept = column_count - trailing;
     let first_trailing = schema.fields().len() - trailing;
     let fields: Vec<_> = schema.fields()[..kept]
@@ -414,12 +407,20 @@ fn read_older_frame(
         .chain(&schema.fields()[first_trailing..])
         .cloned()
         .collect();
-    let written = read_whole_frame(
-        file,
-        path,
-        meta,
-        Arc::new(arrow_schema::Schema::new(fields)),
-    )?;
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
+/// A frame with trailing columns written before columns were added, decoded whole with
+/// the schema it was written with (`written`), laid out as the table's schema: the
+/// added columns null.
+fn lay_out_older_frame(
+    written: &RecordBatch,
+    schema: &SchemaRef,
+    projection: &[usize],
+    trailing: usize,
+) -> Result<RecordBatch> {
+    let kept = written.num_columns() - trailing;
+    let first_trailing = schema.fields().len() - trailing;
     let rows = written.num_rows();
     let columns = projection
         .iter()

@@ -247,6 +247,19 @@ mod tests {
         Some(v.to_vec())
     }
 
+    /// A 1 MiB cache and one table of `buckets` in it.
+    fn cache_of(buckets: u32) -> (Arc<StateCache>, TableCache) {
+        let cache = Arc::new(StateCache::new(1 << 20));
+        let table = cache.table(buckets);
+        (cache, table)
+    }
+
+    /// A write of `key` (a delete when `value` is `None`) that RocksDB accepts.
+    fn write(t: &TableCache, bucket: u32, key: &[u8], value: Option<Vec<u8>>) {
+        t.write_through(bucket, &[(key.to_vec(), value)], || Ok::<_, ()>(()))
+            .unwrap();
+    }
+
     fn cached(t: &TableCache, bucket: u32, key: &[u8]) -> Option<Vec<u8>> {
         let mut got = None;
         t.probe(bucket, std::iter::once(key), |v| {
@@ -257,40 +270,32 @@ mod tests {
 
     #[test]
     fn writes_go_through_and_deletes_remove() {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let t = cache.table(2);
-        t.write_through(0, &[(b"a".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        let (_cache, t) = cache_of(2);
+        write(&t, 0, b"a", row(b"1"));
         assert_eq!(cached(&t, 0, b"a"), row(b"1"));
-        t.write_through(0, &[(b"a".to_vec(), None)], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&t, 0, b"a", None);
         assert_eq!(cached(&t, 0, b"a"), None);
     }
 
     #[test]
     fn a_slot_holding_another_key_is_a_miss() {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let t = cache.table(1);
+        let (_cache, t) = cache_of(1);
         // What a 64-bit hash collision leaves behind: b's row in a's slot.
         t.rows()
             .unwrap()
             .insert(t.slot(b"a"), CachedRow::new(b"b", b"1"));
         assert_eq!(cached(&t, 0, b"a"), None);
         // A delete of a leaves b's row alone; a write of a takes the slot.
-        t.write_through(0, &[(b"a".to_vec(), None)], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&t, 0, b"a", None);
         assert!(t.rows().unwrap().get(&t.slot(b"a")).is_some());
-        t.write_through(0, &[(b"a".to_vec(), row(b"2"))], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&t, 0, b"a", row(b"2"));
         assert_eq!(cached(&t, 0, b"a"), row(b"2"));
     }
 
     #[test]
     fn a_failed_write_leaves_none_of_its_keys_cached() {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let t = cache.table(1);
-        t.write_through(0, &[(b"a".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        let (_cache, t) = cache_of(1);
+        write(&t, 0, b"a", row(b"1"));
         let failed = t.write_through(0, &[(b"a".to_vec(), row(b"2"))], || Err::<(), _>("io"));
         assert!(failed.is_err());
         assert_eq!(cached(&t, 0, b"a"), None, "RocksDB may hold either row now");
@@ -298,12 +303,10 @@ mod tests {
 
     #[test]
     fn a_fill_is_refused_after_a_write_to_the_bucket() {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let t = cache.table(2);
+        let (_cache, t) = cache_of(2);
         let probe = t.probe(1, std::iter::once(&b"k"[..]), |_| {});
         // A write lands between the lookup's probe and its RocksDB read.
-        t.write_through(1, &[(b"k".to_vec(), None)], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&t, 1, b"k", None);
         assert!(!t.settle(1, &probe, std::iter::once((&b"k"[..], &b"stale"[..]))));
         assert_eq!(
             cached(&t, 1, b"k"),
@@ -312,18 +315,15 @@ mod tests {
         );
         // Another bucket's write does not disturb a fill.
         let probe = t.probe(0, std::iter::once(&b"k"[..]), |_| {});
-        t.write_through(1, &[(b"x".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&t, 1, b"x", row(b"1"));
         assert!(t.settle(0, &probe, std::iter::once((&b"k"[..], &b"v"[..]))));
         assert_eq!(cached(&t, 0, b"k"), row(b"v"));
     }
 
     #[test]
     fn a_probe_during_a_write_reads_nothing_cached() {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let t = cache.table(1);
-        t.write_through(0, &[(b"a".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        let (_cache, t) = cache_of(1);
+        write(&t, 0, b"a", row(b"1"));
         let during = t.write_through(0, &[(b"a".to_vec(), row(b"2"))], || {
             let mut seen = Some(CachedRow::new(b"a", b"?"));
             let probe = t.probe(0, std::iter::once(&b"a"[..]), |v| seen = v);
@@ -339,12 +339,10 @@ mod tests {
     fn tables_do_not_share_rows_and_a_zero_budget_caches_nothing() {
         let cache = Arc::new(StateCache::new(1 << 20));
         let (a, b) = (cache.table(1), cache.table(1));
-        a.write_through(0, &[(b"k".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&a, 0, b"k", row(b"1"));
         assert_eq!(cached(&b, 0, b"k"), None);
         let off = Arc::new(StateCache::new(0)).table(1);
-        off.write_through(0, &[(b"k".to_vec(), row(b"1"))], || Ok::<_, ()>(()))
-            .unwrap();
+        write(&off, 0, b"k", row(b"1"));
         assert!(!off.enabled());
         assert_eq!(cached(&off, 0, b"k"), None);
     }

@@ -46,6 +46,15 @@ def table(namespace, name, columns, **settings):
     return {"namespace": namespace, "name": name, "columns": specs, **settings}
 
 
+def log_table(qualified, columns, bucket_key, buckets, **settings):
+    """A log table's spec: `qualified` is "namespace.name", the time column is `ts`."""
+    namespace, name = qualified.split(".")
+    return table(
+        namespace, name, columns, time_column="ts", bucket_key=bucket_key, buckets=buckets,
+        **settings,
+    )
+
+
 def create_table(spec, token):
     status, body = http("POST", "/v1/tables", token, spec)
     assert status == 201, body

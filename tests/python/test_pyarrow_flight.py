@@ -27,14 +27,10 @@ def http(method, path, body=None):
     return hotgate_client.http(method, path, TOKEN, body)
 
 
-ORDERS = hotgate_client.table(
-    "sales",
-    "orders",
+ORDERS = hotgate_client.log_table(
+    "sales.orders",
     ["order_id string!", "customer_id int64!", "amount decimal(12,2)", "ts timestamp_us!"],
-    time_column="ts",
-    bucket_key="customer_id",
-    buckets=8,
-    hot_retention="1h",
+    "customer_id", 8, hot_retention="1h",
 )
 
 

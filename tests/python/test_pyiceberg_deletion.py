@@ -33,13 +33,9 @@ SUBJECT = "subj-7f3a9c"
 OTHERS = [f"subj-other-{i:02}" for i in range(15)]
 USERS = [SUBJECT] + OTHERS
 
-VISITS = hotgate_client.table(
-    "erase",
-    "visits",
-    ["id int64!", "user_id string!", "page string", "ts timestamp_us!"],
-    time_column="ts",
-    bucket_key="user_id",
-    buckets=4,
+VISITS = hotgate_client.log_table(
+    "erase.visits", ["id int64!", "user_id string!", "page string", "ts timestamp_us!"],
+    "user_id", 4,
 )
 
 PROFILES = hotgate_client.table(

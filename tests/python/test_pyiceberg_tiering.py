@@ -19,13 +19,9 @@ from hotgate_client import FLIGHT
 TOKEN = os.environ["HOTGATE_TOKEN"]
 DATA_DIR = os.environ["HOTGATE_DATA_DIR"]
 
-CLICKS = hotgate_client.table(
-    "lake",
-    "clicks",
-    ["id int64!", "user_id string!", "email string #pii", "ts timestamp_us!"],
-    time_column="ts",
-    bucket_key="user_id",
-    buckets=8,
+CLICKS = hotgate_client.log_table(
+    "lake.clicks", ["id int64!", "user_id string!", "email string #pii", "ts timestamp_us!"],
+    "user_id", 8,
 )
 
 START = dt.datetime(2026, 11, 29, 22, 0, tzinfo=dt.timezone.utc)

@@ -127,6 +127,14 @@ fn column_of<'a>(batch: &'a RecordBatch, column: &str) -> &'a ArrayRef {
         .unwrap_or_else(|| panic!("no column {column:?} in {:?}", batch.schema()))
 }
 
+/// The values of a `float64` column across batches, in order (`None` for nulls).
+pub fn opt_float64_values(batches: &[RecordBatch], column: &str) -> Vec<Option<f64>> {
+    batches
+        .iter()
+        .flat_map(|b| column_of(b, column).as_primitive::<Float64Type>().iter())
+        .collect()
+}
+
 /// The values of an `int64` column across batches, sorted.
 pub fn ints(batches: &[RecordBatch], column: &str) -> Vec<i64> {
     let mut values = int64_values(batches, column);

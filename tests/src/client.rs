@@ -60,6 +60,25 @@ pub fn described_columns(described: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// The end offset of each log of a table's description (`GET /v1/tables/{table}`),
+/// by the log's name (`day=…/bucket=N`).
+pub fn described_end_offsets(described: &serde_json::Value) -> Vec<(String, u64)> {
+    described["end_offsets"]
+        .as_object()
+        .expect("a description with end offsets")
+        .iter()
+        .map(|(log, end)| (log.clone(), end.as_u64().expect("an offset")))
+        .collect()
+}
+
+/// The rows a table holds by its description: the sum of its logs' end offsets.
+pub fn described_rows(described: &serde_json::Value) -> u64 {
+    described_end_offsets(described)
+        .iter()
+        .map(|(_, end)| end)
+        .sum()
+}
+
 /// `GET path`, which must answer 200; returns the JSON body.
 pub async fn http_get_ok(server: &Server, path: &str, token: &str) -> serde_json::Value {
     let (status, body) = http_json(server, reqwest::Method::GET, path, token, None).await;

@@ -89,3 +89,24 @@ pub fn stdout_of(command: &mut Command) -> String {
     );
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
+
+/// Asserts that `stored`, the ids read back after a crash, holds every id of `acked`
+/// (the acknowledged writes) and none twice. `context` opens the failure message.
+pub fn assert_acked_once(acked: &[i64], stored: &[i64], context: &str) {
+    let mut seen = std::collections::HashSet::with_capacity(stored.len());
+    let twice: Vec<_> = stored
+        .iter()
+        .filter(|id| !seen.insert(**id))
+        .take(5)
+        .collect();
+    assert!(twice.is_empty(), "{context}: rows stored twice: {twice:?}");
+    let lost: Vec<_> = acked
+        .iter()
+        .filter(|id| !seen.contains(id))
+        .take(5)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{context}: acknowledged rows lost: {lost:?}"
+    );
+}

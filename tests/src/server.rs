@@ -149,6 +149,7 @@ impl Launch {
             data_dir: self.data_dir,
             flight: self.flight,
             http: self.http,
+            _temp_dir: None,
         };
         server.wait_ready();
         server
@@ -162,9 +163,19 @@ pub struct Server {
     pub data_dir: PathBuf,
     pub flight: SocketAddr,
     pub http: SocketAddr,
+    /// The data dir of [`Server::fresh`], removed after the process is killed.
+    _temp_dir: Option<tempfile::TempDir>,
 }
 
 impl Server {
+    /// A server on a new temporary data dir that goes with it.
+    pub fn fresh() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Self::start(dir.path());
+        server._temp_dir = Some(dir);
+        server
+    }
+
     /// A server on `data_dir` with fresh ports and the test grants.
     pub fn start(data_dir: &Path) -> Self {
         Launch::new(data_dir).start()

@@ -1,7 +1,7 @@
 //! The tables the tests and benchmarks share, as the JSON users send
 //! (`POST /v1/tables`, `TableSpec`), with row builders that match them.
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use serde_json::{Value, json};
 
 use crate::batches::{self, MINUTE_US, T0};
@@ -18,6 +18,29 @@ pub fn events_spec(extra: Value, buckets: u32) -> Value {
         ],
         "time_column": "ts", "bucket_key": "customer", "buckets": buckets
     })
+}
+
+/// A column for [`events_rows`]: its name, and its values for the given ids.
+pub type ExtraColumn<'a> = (&'a str, &'a dyn Fn(&[i64]) -> ArrayRef);
+
+/// Rows of [`events_spec`] for the store's and the tierer's tests: ids `ids`,
+/// customers cycling over 7 names (`customer-N`), the extra column `extra(id)`, and
+/// timestamps `ts_of(id)`.
+pub fn events_rows(
+    ids: std::ops::Range<i64>,
+    extra: ExtraColumn<'_>,
+    ts_of: impl Fn(i64) -> i64,
+) -> RecordBatch {
+    let ids: Vec<i64> = ids.collect();
+    batches::batch([
+        ("id", batches::int64s(ids.iter().copied())),
+        (
+            "customer",
+            batches::strings(ids.iter().map(|i| format!("customer-{}", i % 7))),
+        ),
+        (extra.0, (extra.1)(&ids)),
+        ("ts", batches::timestamps(ids.iter().map(|i| ts_of(*i)))),
+    ])
 }
 
 /// The gateway's events table: `amount float64` as the extra column, 4 buckets, one

@@ -40,29 +40,56 @@ pub(super) async fn create_policy(
     caller: Caller,
     body: RawBody,
 ) -> Result<impl IntoResponse> {
-    let (principal, policy) = admin_with(
-        &state,
-        &caller,
-        "create_policy",
-        body.as_deref().ok(),
-        || json_body::<DataPolicy>(&body),
-    )
+    let written = write_policy(&state, &caller, "create_policy", &body, None).await?;
+    Ok((StatusCode::CREATED, Json(written)))
+}
+
+pub(super) async fn replace_policy(
+    State(state): State<Arc<GatewayState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: RawBody,
+) -> Result<impl IntoResponse> {
+    let written = write_policy(&state, &caller, "replace_policy", &body, Some(&id)).await?;
+    Ok(Json(written))
+}
+
+/// Creates the body's policy, or replaces policy `replacing` with it. The call is
+/// authorized before the body is parsed, so a caller without the grant learns nothing
+/// from a parse error. Answers with the new set's version, the policy as stored, and
+/// warnings about the roles it names.
+async fn write_policy(
+    state: &Arc<GatewayState>,
+    caller: &Caller,
+    action: &str,
+    body: &RawBody,
+    replacing: Option<&str>,
+) -> Result<serde_json::Value> {
+    let (principal, policy) = admin_with(state, caller, action, body.as_deref().ok(), || {
+        json_body::<DataPolicy>(body)
+    })
     .await?;
-    let id = policy.id.clone();
-    let warnings = unknown_role_warnings(&state, &policy);
+    let warnings = unknown_role_warnings(state, &policy);
+    let id = match replacing {
+        Some(id) if state.governance.policies().get(id).is_none() => {
+            return Err(GatewayError::NotFound(format!("no policy {id:?}")));
+        }
+        Some(id) => id.to_owned(),
+        None => policy.id.clone(),
+    };
     let set = state
         .governance
-        .change_policies(&state.store, |s| s.with_created(policy))
+        .change_policies(&state.store, |s| match replacing {
+            Some(id) => s.with_replaced(id, policy),
+            None => s.with_created(policy),
+        })
         .await?;
-    tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy created");
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::json!({
-            "policy_set_version": set.version,
-            "policy": set.get(&id),
-            "warnings": warnings,
-        })),
-    ))
+    tracing::info!(principal = %principal.name, policy = %id, version = set.version, action, "policy written");
+    Ok(serde_json::json!({
+        "policy_set_version": set.version,
+        "policy": set.get(&id),
+        "warnings": warnings,
+    }))
 }
 
 /// Catalog roles a policy names that the grant mirror does not know: the policy is
@@ -88,36 +115,6 @@ fn unknown_role_warnings(state: &GatewayState, policy: &DataPolicy) -> Vec<Strin
             )
         })
         .collect()
-}
-
-pub(super) async fn replace_policy(
-    State(state): State<Arc<GatewayState>>,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: RawBody,
-) -> Result<impl IntoResponse> {
-    let (principal, policy) = admin_with(
-        &state,
-        &caller,
-        "replace_policy",
-        body.as_deref().ok(),
-        || json_body::<DataPolicy>(&body),
-    )
-    .await?;
-    if state.governance.policies().get(&id).is_none() {
-        return Err(GatewayError::NotFound(format!("no policy {id:?}")));
-    }
-    let warnings = unknown_role_warnings(&state, &policy);
-    let set = state
-        .governance
-        .change_policies(&state.store, |s| s.with_replaced(&id, policy))
-        .await?;
-    tracing::info!(principal = %principal.name, policy = %id, version = set.version, "policy replaced");
-    Ok(Json(serde_json::json!({
-        "policy_set_version": set.version,
-        "policy": set.get(&id),
-        "warnings": warnings,
-    })))
 }
 
 pub(super) async fn delete_policy(

@@ -219,8 +219,7 @@ async fn every_flight_call_leaves_its_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_table_is_read_only_and_readable_only_with_a_grant() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let alice = server.caller("alice", &["ALL"]);
     let ann = server.caller("ann", &["ALL"]);
     // Catalog-wide content grants do not reach _system.

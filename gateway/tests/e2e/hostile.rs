@@ -80,8 +80,7 @@ async fn http_raw(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expressions_of_any_size_are_answered_and_the_server_stays_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let root = server.caller("root", &["admin"]);
     let alice = server.caller("alice", &["writer"]);
     let bob = server.caller("bob", &["writer"]);
@@ -235,8 +234,7 @@ async fn errors_raised_on_rows_leave_no_value_or_literal_in_the_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_calls_authorize_before_they_parse_and_every_refusal_is_recorded() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let alice = server.caller("alice", &["writer"]);
     alice.create_table(events_table()).await;
     // ann may read the audit and nothing else; bob manages content, not access.
@@ -422,13 +420,11 @@ async fn table_metadata_goes_through_the_callers_view() {
 
     // fred reads every row: he sees the counts; root manages the table and sees all.
     let (_, described) = fred.http(Method::GET, "/v1/tables/app.events", None).await;
-    let ends: u64 = described["end_offsets"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    assert_eq!(ends, 10, "{described}");
+    assert_eq!(
+        hotgate_testkit::described_rows(&described),
+        10,
+        "{described}"
+    );
     assert_eq!(
         described_columns(&described),
         ["id", "customer", "amount", "ts"]

@@ -1,13 +1,10 @@
 //! Writes: DoPut round trips, bad batches, SIGKILL mid-ingest and SIGTERM.
 
-use std::collections::HashSet;
-
 use crate::harness::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_then_get_round_trips() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let token = server.caller("alice", &["writer"]);
     let created = create_table(&server, &token, events_table()).await;
     assert_eq!(created.status(), 201);
@@ -42,13 +39,7 @@ async fn put_then_get_round_trips() {
         .json()
         .await
         .unwrap();
-    let total: u64 = listed["end_offsets"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    assert_eq!(total, 250);
+    assert_eq!(hotgate_testkit::described_rows(&listed), 250);
     // Metrics count the appends: the rows put exactly; the store's rows also hold the
     // audit log's own records.
     let metrics = server.metrics().await;
@@ -64,8 +55,7 @@ async fn put_then_get_round_trips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_writes_are_refused_with_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let token = server.caller("alice", &["writer"]);
     create_table(&server, &token, events_table()).await;
     // Bad table bodies name the field.
@@ -160,18 +150,7 @@ async fn sigkill_mid_ingest_loses_no_acknowledged_row() {
     let rows = token
         .rows(serde_json::json!({"table": "app.events", "columns": ["id"]}))
         .await;
-    let ids = ints(&rows, "id");
-    let unique: HashSet<i64> = ids.iter().copied().collect();
-    assert_eq!(unique.len(), ids.len(), "a row was stored twice");
-    let lost: Vec<_> = acked
-        .iter()
-        .filter(|id| !unique.contains(id))
-        .take(5)
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "acknowledged rows lost after SIGKILL: {lost:?}"
-    );
+    hotgate_testkit::assert_acked_once(&acked, &ints(&rows, "id"), "after SIGKILL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -477,13 +477,11 @@ async fn snapshot_then_changelog_has_no_gap_and_no_duplicate() {
                 .await;
             assert_eq!(status, 200);
             final_ends = Some(
-                table["end_offsets"]
-                    .as_object()
-                    .unwrap()
-                    .iter()
+                hotgate_testkit::described_end_offsets(&table)
+                    .into_iter()
                     .map(|(log, end)| {
                         let bucket = log.rsplit('=').next().unwrap().parse().unwrap();
-                        (bucket, end.as_i64().unwrap())
+                        (bucket, end as i64)
                     })
                     .collect(),
             );
@@ -659,8 +657,7 @@ async fn kill_9_keeps_acknowledged_changes_in_state_and_changelog() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_key_table_may_omit_the_time_column() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    let server = Server::fresh();
     let token = server.caller("alice", &["writer"]);
     let spec = serde_json::json!({
         "namespace": "app", "name": "flags",

@@ -6,7 +6,7 @@ use hotgate_store::{ScanRequest, Store, StoreOptions, TableName, TableSpec};
 pub(crate) use hotgate_testkit::{
     ChildTest, DAY_US, T0, copy_dir, file_contains, int64_values, segment_bytes, segment_files,
 };
-use hotgate_testkit::{batch, int64s, opt_strings, strings, timestamps, with};
+use hotgate_testkit::{opt_strings, with};
 
 pub(crate) fn events_spec(buckets: u32) -> TableSpec {
     let spec = hotgate_testkit::events_spec(
@@ -22,22 +22,13 @@ pub(crate) fn events_name() -> TableName {
 
 /// Rows with ids `ids`, customers cycling over 7 names, timestamps `ts_of(id)`.
 pub(crate) fn events(ids: std::ops::Range<i64>, ts_of: impl Fn(i64) -> i64) -> RecordBatch {
-    let ids: Vec<i64> = ids.collect();
-    batch([
-        ("id", int64s(ids.iter().copied())),
-        (
-            "customer",
-            strings(ids.iter().map(|i| format!("customer-{}", i % 7))),
-        ),
-        (
-            "note",
-            opt_strings(
-                ids.iter()
-                    .map(|i| (i % 3 != 0).then(|| format!("note {i}"))),
-            ),
-        ),
-        ("ts", timestamps(ids.iter().map(|i| ts_of(*i)))),
-    ])
+    let note = |ids: &[i64]| {
+        opt_strings(
+            ids.iter()
+                .map(|i| (i % 3 != 0).then(|| format!("note {i}"))),
+        )
+    };
+    hotgate_testkit::events_rows(ids, ("note", &note), ts_of)
 }
 
 pub(crate) async fn open(dir: &std::path::Path) -> Store {

@@ -1,7 +1,6 @@
 //! Crash safety: torn-tail recovery at every byte of the last frame, and kill -9 of a
 //! process that is appending.
 
-use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -224,23 +223,7 @@ async fn kill_9_loses_no_acknowledged_row() {
 
         // Reopen after the crash: every acknowledged row is there exactly once.
         let store = open(dir.path()).await;
-        let ids = all_ids(&store);
-        let mut counts: HashMap<i64, u32> = HashMap::new();
-        for id in &ids {
-            *counts.entry(*id).or_default() += 1;
-        }
-        let dupes: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).take(5).collect();
-        assert!(dupes.is_empty(), "round {round}: duplicated rows {dupes:?}");
-        let present: HashSet<i64> = ids.into_iter().collect();
-        let missing: Vec<_> = acked
-            .iter()
-            .filter(|id| !present.contains(id))
-            .take(5)
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "round {round}: acknowledged rows lost: {missing:?}"
-        );
+        hotgate_testkit::assert_acked_once(&acked, &all_ids(&store), &format!("round {round}"));
         store.close().await;
     }
     assert!(

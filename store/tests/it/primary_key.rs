@@ -9,7 +9,10 @@ use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use hotgate_store::{ChangeOp, ScanRequest, Store, TableName, TableSpec};
 
-use hotgate_testkit::{batch, int64s, opt_float64s, strings, timestamps};
+use hotgate_testkit::{
+    batch, int64_values, int64s, opt_float64_values, opt_float64s, string_values, strings,
+    timestamps,
+};
 
 use crate::common::*;
 
@@ -110,25 +113,14 @@ fn change(offset: u64, kind: &str, id: i64, name: &str, score: Option<f64>, ts: 
 }
 
 fn state(store: &Store) -> Vec<(i64, String, Option<f64>)> {
-    let table = store.table(&users()).unwrap();
-    let mut out: Vec<_> = table
-        .current_rows(2)
-        .unwrap()
-        .iter()
-        .flat_map(|b| {
-            let ids = b.column(0).as_primitive::<Int64Type>().clone();
-            let names = b.column(1).as_string::<i32>().clone();
-            let scores = b.column(2).as_primitive::<Float64Type>().clone();
-            (0..b.num_rows())
-                .map(|r| {
-                    (
-                        ids.value(r),
-                        names.value(r).to_owned(),
-                        scores.is_valid(r).then(|| scores.value(r)),
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
+    let batches = store.table(&users()).unwrap().current_rows(2).unwrap();
+    let names = string_values(&batches, "name").into_iter().flatten();
+    let scores = opt_float64_values(&batches, "score");
+    let mut out: Vec<_> = int64_values(&batches, "id")
+        .into_iter()
+        .zip(names)
+        .zip(scores)
+        .map(|((id, name), score)| (id, name, score))
         .collect();
     out.sort_by_key(|r| r.0);
     out
@@ -626,27 +618,20 @@ async fn an_added_column_reads_as_null_in_old_state_and_old_changelog_frames() {
     assert_eq!(tiers_of(&store, &[1, 2, 3, 4]), want);
     // Old frames read with `_change` in its place and the new column null (records in
     // log order, grouped by key: a key's records share a bucket log).
-    let mut records: Vec<(i64, String, Option<String>)> = table
+    let batches: Vec<_> = table
         .scan(&ScanRequest {
             columns: Some(vec!["id".into(), "_change".into(), "tier".into()]),
             ..Default::default()
         })
         .unwrap()
-        .flat_map(|item| {
-            let b = item.unwrap().batch;
-            let id = b.column(0).as_primitive::<Int64Type>().clone();
-            let kind = b.column(1).as_string::<i32>().clone();
-            let tier = b.column(2).as_string::<i32>().clone();
-            (0..b.num_rows())
-                .map(|r| {
-                    (
-                        id.value(r),
-                        kind.value(r).to_owned(),
-                        tier.is_valid(r).then(|| tier.value(r).to_owned()),
-                    )
-                })
-                .collect::<Vec<_>>()
-        })
+        .map(|item| item.unwrap().batch)
+        .collect();
+    let kinds = string_values(&batches, "_change").into_iter().flatten();
+    let mut records: Vec<(i64, String, Option<String>)> = int64_values(&batches, "id")
+        .into_iter()
+        .zip(kinds)
+        .zip(string_values(&batches, "tier"))
+        .map(|((id, kind), tier)| (id, kind, tier))
         .collect();
     records.sort_by_key(|r| r.0);
     let record =

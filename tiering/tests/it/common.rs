@@ -7,11 +7,11 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use hotgate_store::{HotTable, Store, StoreOptions, TableDef, TableSpec};
-use hotgate_tiering::{Catalog, CatalogConfig, Tierer};
+use hotgate_tiering::{Catalog, CatalogConfig, ColdScanRequest, ColdSnapshot, Tierer};
 use iceberg::table::Table;
 
 pub(crate) use hotgate_testkit::{DAY_US, T0};
-use hotgate_testkit::{MINUTE_US, batch, int64_values, int64s, strings, timestamps};
+use hotgate_testkit::{MINUTE_US, int64_values, strings};
 
 pub(crate) struct Fixture {
     pub dir: tempfile::TempDir,
@@ -74,19 +74,8 @@ impl Fixture {
 
 /// Rows with ids `ids`, customers cycling over 7 names, one row a minute from `start`.
 pub(crate) fn events(ids: std::ops::Range<i64>, start: i64) -> RecordBatch {
-    let ids: Vec<i64> = ids.collect();
-    batch([
-        ("id", int64s(ids.iter().copied())),
-        (
-            "customer",
-            strings(ids.iter().map(|i| format!("customer-{}", i % 7))),
-        ),
-        (
-            "email",
-            strings(ids.iter().map(|i| format!("user{i}@example.com"))),
-        ),
-        ("ts", timestamps(ids.iter().map(|i| start + i * MINUTE_US))),
-    ])
+    let email = |ids: &[i64]| strings(ids.iter().map(|i| format!("user{i}@example.com")));
+    hotgate_testkit::events_rows(ids, ("email", &email), |i| start + i * MINUTE_US)
 }
 
 /// Every id in the table's current snapshot, read with iceberg-rust's scan; duplicates
@@ -112,6 +101,13 @@ pub(crate) async fn cold_rows(table: &Table, columns: &[&str]) -> Vec<RecordBatc
         .await
         .unwrap();
     stream.try_collect().await.unwrap()
+}
+
+/// The ids of the rows a hotgate cold scan of `snapshot` returns for `request`.
+pub(crate) async fn scanned_ids(snapshot: &ColdSnapshot, request: ColdScanRequest) -> Vec<i64> {
+    let stream = snapshot.scan(request).await.unwrap();
+    let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+    hotgate_testkit::ints(&batches, "id")
 }
 
 /// The data files live in the current snapshot.

@@ -103,7 +103,6 @@ async fn a_restarted_tierer_resumes_from_the_committed_offsets() {
 
 #[tokio::test]
 async fn cold_scans_push_comparisons_down_and_leave_out_what_does_not_bind() {
-    use futures::TryStreamExt;
     use hotgate_tiering::{CmpOp, ColdFilter, ColdScanRequest, ColdValue};
 
     let f = fixture(4).await;
@@ -132,14 +131,7 @@ async fn cold_scans_push_comparisons_down_and_leave_out_what_does_not_bind() {
         ],
         ..ColdScanRequest::default()
     };
-    let batches: Vec<arrow_array::RecordBatch> = cold
-        .scan(request)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let ids = hotgate_testkit::ints(&batches, "id");
+    let ids = crate::common::scanned_ids(&cold, request).await;
     // Only the matching rows come back: the comparisons reached iceberg's row filter.
     assert_eq!(ids, (50..100).filter(|i| i % 7 == 3).collect::<Vec<_>>());
 }

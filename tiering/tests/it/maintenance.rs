@@ -164,7 +164,6 @@ fn day_of(micros: i64) -> String {
 #[tokio::test]
 async fn erasing_history_waits_for_reads_of_expired_snapshots() {
     use arrow_array::cast::AsArray;
-    use futures::TryStreamExt;
 
     let f = fixture(1).await;
     f.cycles(2).await;
@@ -200,16 +199,8 @@ async fn erasing_history_waits_for_reads_of_expired_snapshots() {
     assert_eq!(f.table().await.metadata().snapshots().count(), 1);
 
     // The read completes on the snapshot it planned on.
-    let batches: Vec<arrow_array::RecordBatch> = reading
-        .scan(Default::default())
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let ids = hotgate_testkit::ints(&batches, "id");
+    let ids = crate::common::scanned_ids(&reading, Default::default()).await;
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
-    drop(batches);
     drop(reading);
 
     // Read done: the files only the expired snapshots referenced go.

@@ -91,11 +91,7 @@ enum AuditCommand {
     /// Print audit records from a running server, newest first, one JSON per line.
     Query {
         #[command(flatten)]
-        config: ConfigArgs,
-        #[command(flatten)]
-        server: audit::ServerArgs,
-        #[command(flatten)]
-        filters: audit::Filters,
+        read: AuditReadArgs,
         /// At most this many records.
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -103,11 +99,7 @@ enum AuditCommand {
     /// Print the latest audit records oldest first, then follow new ones.
     Tail {
         #[command(flatten)]
-        config: ConfigArgs,
-        #[command(flatten)]
-        server: audit::ServerArgs,
-        #[command(flatten)]
-        filters: audit::Filters,
+        read: AuditReadArgs,
         /// How many records to print first.
         #[arg(long, short = 'n', default_value_t = 20)]
         last: usize,
@@ -118,6 +110,17 @@ enum AuditCommand {
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         every: std::time::Duration,
     },
+}
+
+/// Where `audit query` and `audit tail` read from, and which records.
+#[derive(Debug, clap::Args)]
+struct AuditReadArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    #[command(flatten)]
+    server: audit::ServerArgs,
+    #[command(flatten)]
+    filters: audit::Filters,
 }
 
 impl ConfigArgs {
@@ -170,24 +173,18 @@ fn main() -> ExitCode {
                     Err(e) => Err(e),
                 }
             }
-            AuditCommand::Query {
-                config,
-                server,
-                filters,
-                limit,
-            } => config
+            AuditCommand::Query { read, limit } => read
+                .config
                 .load()
-                .and_then(|c| audit::query(&c, &server, &filters, limit)),
+                .and_then(|c| audit::query(&c, &read.server, &read.filters, limit)),
             AuditCommand::Tail {
-                config,
-                server,
-                filters,
+                read,
                 last,
                 no_follow,
                 every,
-            } => config
-                .load()
-                .and_then(|c| audit::tail(&c, &server, &filters, last, !no_follow, every)),
+            } => read.config.load().and_then(|c| {
+                audit::tail(&c, &read.server, &read.filters, last, !no_follow, every)
+            }),
         },
     };
     match result {
