@@ -247,11 +247,9 @@ mod tests {
         Some(v.to_vec())
     }
 
-    /// A 1 MiB cache and one table of `buckets` in it.
-    fn cache_of(buckets: u32) -> (Arc<StateCache>, TableCache) {
-        let cache = Arc::new(StateCache::new(1 << 20));
-        let table = cache.table(buckets);
-        (cache, table)
+    /// One table of `buckets` in a 1 MiB cache of its own (the table holds the cache).
+    fn cache_of(buckets: u32) -> TableCache {
+        Arc::new(StateCache::new(1 << 20)).table(buckets)
     }
 
     /// A write of `key` (a delete when `value` is `None`) that RocksDB accepts.
@@ -270,7 +268,7 @@ mod tests {
 
     #[test]
     fn writes_go_through_and_deletes_remove() {
-        let (_cache, t) = cache_of(2);
+        let t = cache_of(2);
         write(&t, 0, b"a", row(b"1"));
         assert_eq!(cached(&t, 0, b"a"), row(b"1"));
         write(&t, 0, b"a", None);
@@ -279,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_slot_holding_another_key_is_a_miss() {
-        let (_cache, t) = cache_of(1);
+        let t = cache_of(1);
         // What a 64-bit hash collision leaves behind: b's row in a's slot.
         t.rows()
             .unwrap()
@@ -294,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_leaves_none_of_its_keys_cached() {
-        let (_cache, t) = cache_of(1);
+        let t = cache_of(1);
         write(&t, 0, b"a", row(b"1"));
         let failed = t.write_through(0, &[(b"a".to_vec(), row(b"2"))], || Err::<(), _>("io"));
         assert!(failed.is_err());
@@ -303,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_fill_is_refused_after_a_write_to_the_bucket() {
-        let (_cache, t) = cache_of(2);
+        let t = cache_of(2);
         let probe = t.probe(1, std::iter::once(&b"k"[..]), |_| {});
         // A write lands between the lookup's probe and its RocksDB read.
         write(&t, 1, b"k", None);
@@ -322,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_probe_during_a_write_reads_nothing_cached() {
-        let (_cache, t) = cache_of(1);
+        let t = cache_of(1);
         write(&t, 0, b"a", row(b"1"));
         let during = t.write_through(0, &[(b"a".to_vec(), row(b"2"))], || {
             let mut seen = Some(CachedRow::new(b"a", b"?"));

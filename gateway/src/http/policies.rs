@@ -69,7 +69,6 @@ async fn write_policy(
         json_body::<DataPolicy>(body)
     })
     .await?;
-    let warnings = unknown_role_warnings(state, &policy);
     let id = match replacing {
         Some(id) if state.governance.policies().get(id).is_none() => {
             return Err(GatewayError::NotFound(format!("no policy {id:?}")));
@@ -77,6 +76,7 @@ async fn write_policy(
         Some(id) => id.to_owned(),
         None => policy.id.clone(),
     };
+    let warnings = unknown_role_warnings(state, &policy);
     let set = state
         .governance
         .change_policies(&state.store, |s| match replacing {
