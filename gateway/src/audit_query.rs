@@ -81,9 +81,16 @@ impl AuditQuery {
             )));
         }
         let mut clauses = Vec::new();
+        if let Some(t) = &self.table {
+            // A SQL statement's record lists every table it read, comma-separated.
+            clauses.push(format!(
+                "(\"table\" = {v} OR strpos(',' || \"table\" || ',', {w}) > 0)",
+                v = quoted(t),
+                w = quoted(&format!(",{t},"))
+            ));
+        }
         for (column, value) in [
             ("principal", &self.principal),
-            ("table", &self.table),
             ("action", &self.action),
             ("query_id", &self.query_id),
         ] {

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 const NON_CONFIG_ENV: [&str; 2] = ["LOG", "TOKEN"];
 
 /// The tables of the configuration: `HOTGATE_<TABLE>_<KEY>` sets `<table>.<key>`.
-const SECTIONS: [&str; 7] = [
-    "auth", "grants", "audit", "tiering", "deletion", "store", "catalog",
+const SECTIONS: [&str; 8] = [
+    "auth", "grants", "audit", "tiering", "deletion", "store", "catalog", "sql",
 ];
 
 /// The whole configuration. Every field has a default: the embedded, all-local setup.
@@ -43,6 +43,47 @@ pub struct Config {
     pub tiering: TieringConfig,
     pub deletion: DeletionConfig,
     pub store: StoreConfig,
+    pub sql: SqlConfig,
+}
+
+/// Flight SQL statements.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SqlConfig {
+    /// Memory (MiB) one statement may use for its sorts, joins and aggregates; one that
+    /// needs more fails with `ResourceExhausted` (nothing spills to disk).
+    pub memory_limit_mb: u64,
+    /// How long one statement may run, planning and streaming its rows included.
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: std::time::Duration,
+    /// How long a prepared statement's handle lives unused before it is closed.
+    #[serde(with = "humantime_serde")]
+    pub prepared_idle: std::time::Duration,
+    /// The namespace of a table named without one (`SELECT * FROM events`).
+    pub default_namespace: String,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        let limits = crate::sql::SqlLimits::DEFAULT;
+        Self {
+            memory_limit_mb: (limits.memory_bytes >> 20) as u64,
+            statement_timeout: limits.timeout,
+            prepared_idle: std::time::Duration::from_secs(3600),
+            default_namespace: "default".into(),
+        }
+    }
+}
+
+impl SqlConfig {
+    pub fn limits(&self) -> crate::sql::SqlLimits {
+        crate::sql::SqlLimits {
+            memory_bytes: usize::try_from(self.memory_limit_mb.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
+            timeout: self.statement_timeout,
+            ..crate::sql::SqlLimits::DEFAULT
+        }
+    }
 }
 
 /// The hot store.
@@ -249,6 +290,7 @@ impl Default for Config {
             tiering: TieringConfig::default(),
             deletion: DeletionConfig::default(),
             store: StoreConfig::default(),
+            sql: SqlConfig::default(),
         }
     }
 }

@@ -222,6 +222,13 @@ impl From<arrow_schema::ArrowError> for GatewayError {
     }
 }
 
+impl From<arrow_flight::error::FlightError> for GatewayError {
+    /// The Flight SQL metadata builders' errors: the server's own.
+    fn from(e: arrow_flight::error::FlightError) -> Self {
+        GatewayError::Internal(e.to_string())
+    }
+}
+
 impl From<PolicyError> for GatewayError {
     fn from(e: PolicyError) -> Self {
         let msg = e.to_string();

@@ -34,7 +34,7 @@ use crate::ticket::Scan;
 use crate::tiers::Tiers;
 
 /// Most partitions one scan is split into (each reads a subset of the logs).
-const MAX_PARTITIONS: usize = 4;
+pub const MAX_PARTITIONS: usize = 4;
 
 /// The tiers a read of a table uses: the cold snapshot to union with, if any.
 #[derive(Debug, Clone)]

@@ -185,6 +185,7 @@ pub async fn run(
         governance: Arc::clone(&governance),
         metrics: Arc::new(GatewayMetrics::new()),
         audit: Arc::clone(&audit),
+        sql: config.sql.clone(),
         shutdown: stop_rx.clone(),
     });
 

@@ -31,6 +31,8 @@ pub struct GatewayState {
     pub metrics: Arc<GatewayMetrics>,
     /// The audit log every call is recorded in.
     pub audit: Arc<AuditLog>,
+    /// What a SQL statement may use, and the namespace of its unqualified tables.
+    pub sql: crate::config::SqlConfig,
     /// Flips to `true` when the server begins shutting down; long-lived streams end.
     pub shutdown: watch::Receiver<bool>,
 }

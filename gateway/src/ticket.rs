@@ -165,6 +165,21 @@ pub struct Scan {
     pub buckets: Option<Vec<u32>>,
 }
 
+impl Scan {
+    /// A scan of the whole table: every column, row, time and bucket.
+    pub fn whole(table: TableName) -> Self {
+        Self {
+            table,
+            columns: None,
+            filter: None,
+            since: None,
+            until: None,
+            limit: None,
+            buckets: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Changelog {
     pub table: TableName,

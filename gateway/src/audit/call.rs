@@ -169,6 +169,31 @@ impl CallAudit {
         self.record.columns_returned = returned.fields().iter().map(|f| f.name().clone()).collect();
     }
 
+    /// A statement over several tables: `table` lists them all (comma-separated, in
+    /// name order), each policy is prefixed with its table (`ns.t:policy@v`), and the
+    /// tiers are those any of them touched.
+    pub fn set_tables<'a>(
+        &mut self,
+        tables: impl IntoIterator<Item = (&'a TableName, &'a SecureView, crate::tiers::Tiers)>,
+        returned: &Schema,
+    ) {
+        let (mut names, mut policies, mut tiers) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, view, touched) in tables {
+            names.push(name.to_string());
+            policies.extend(view.applied().iter().map(|p| format!("{name}:{p}")));
+            for tier in touched.names() {
+                if !tiers.contains(&tier) {
+                    tiers.push(tier);
+                }
+            }
+        }
+        names.sort();
+        self.record.table = (!names.is_empty()).then(|| names.join(","));
+        self.record.policies = policies;
+        self.record.tiers = tiers;
+        self.record.columns_returned = returned.fields().iter().map(|f| f.name().clone()).collect();
+    }
+
     pub fn query_id(&self) -> &str {
         &self.record.query_id
     }

@@ -2,16 +2,38 @@
 //! call's audit record, authorization of a table, and the one place where a failed
 //! call is counted, logged and turned into a status.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hotgate_policy::{Principal, Privilege};
 use hotgate_store::{HotTable, TableName};
-use tonic::{Request, Status};
+use tonic::{Request, Response, Status};
 
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
+
+/// Runs one Flight method: counts it, hands `body` the principal the interceptor
+/// authenticated, and counts, logs and maps its error.
+pub(super) async fn serve<T, R, Fut>(
+    state: &GatewayState,
+    method: &'static str,
+    request: Request<T>,
+    body: impl FnOnce(Principal, Request<T>) -> Fut,
+) -> Result<Response<R>, Status>
+where
+    Fut: Future<Output = Result<R>>,
+{
+    state.metrics.requests.with_label_values(&[method]).inc();
+    let result = match principal(&request) {
+        Ok(p) => body(p, request).await,
+        Err(e) => Err(e),
+    };
+    result
+        .map(Response::new)
+        .map_err(|e| fail(state, method, e))
+}
 
 /// The principal the interceptor put on the call.
 pub(super) fn principal<T>(request: &Request<T>) -> Result<Principal> {

@@ -6,10 +6,11 @@
 //! The modules depend one way:
 //!
 //! ```text
-//! service ─┬─ read ──┬─ changelog ─┬─ opened
+//! service ─┬─ sql ───┬─ (read, write)
+//!          ├─ read ──┬─ changelog ─┬─ opened
 //!          │         └─ lookup ────┘
 //!          ├─ write
-//!          └─ (read, write) ── call, descriptor
+//!          └─ (sql, read, write) ── call, descriptor
 //! ```
 
 mod call;
@@ -19,6 +20,7 @@ mod lookup;
 mod opened;
 mod read;
 mod service;
+mod sql;
 mod write;
 
 pub use service::HotgateFlight;

@@ -42,18 +42,30 @@ pub(super) async fn do_get(
     let ticket = request.into_inner().ticket;
     audit.set_request_later(ticket.clone());
     let started = Instant::now();
-    let OpenedRead {
-        schema,
-        batches,
-        kind,
-        trailer,
-    } = match catch_panic(open_read(state, &principal, &ticket, &mut audit)).await {
+    let opened = match catch_panic(open_read(state, &principal, &ticket, &mut audit)).await {
         Ok(opened) => opened,
         Err(e) => {
             audit.deny(&e).await;
             return Err(e);
         }
     };
+    send_read(state, audit, started, opened).await
+}
+
+/// Streams an opened read: its allow record is queued, and nothing (not even the
+/// schema) leaves until that record is durable.
+pub(super) async fn send_read(
+    state: &Arc<GatewayState>,
+    audit: CallAudit,
+    started: Instant,
+    opened: OpenedRead,
+) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
+    let OpenedRead {
+        schema,
+        batches,
+        kind,
+        trailer,
+    } = opened;
     // The plan starts now, prefetching into a small buffer, while the allow record
     // is sealed and synced; nothing, not even the schema, leaves before the record
     // is durable, and a read whose record cannot be written fails with
@@ -197,15 +209,7 @@ fn command_of(descriptor: &FlightDescriptor) -> Result<Command> {
         DescriptorType::Cmd => ticket::parse(&descriptor.cmd),
         DescriptorType::Path => {
             let name = table_of_path(&descriptor.path)?;
-            Ok(Command::Scan(Scan {
-                table: name,
-                columns: None,
-                filter: None,
-                since: None,
-                until: None,
-                limit: None,
-                buckets: None,
-            }))
+            Ok(Command::Scan(Scan::whole(name)))
         }
         DescriptorType::Unknown => Err(GatewayError::InvalidArgument(
             "descriptor: set a path [namespace, table] or a JSON command".into(),

@@ -1,6 +1,7 @@
-//! hotgate's `FlightService`. Every method goes through [`HotgateFlight::call`], which
+//! hotgate's `FlightService`. Every method goes through [`super::call::serve`], which
 //! counts the call, resolves its principal and maps its error to a status in one
-//! place; the read and write paths do the rest.
+//! place; the read and write paths do the rest. Flight SQL messages are routed to
+//! [`super::sql::SqlService`] (see that module for why the routing is done here).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,8 +17,10 @@ use futures::stream::BoxStream;
 use hotgate_policy::Principal;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::call::{fail, new_audit, principal};
+use super::call::{new_audit, serve};
+use super::sql::{PreparedStatements, SqlService, flight_sql_command, is_flight_sql};
 use super::{read, write};
+use crate::auth::Authenticator;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
@@ -25,15 +28,21 @@ use crate::state::GatewayState;
 #[derive(Debug, Clone)]
 pub struct HotgateFlight {
     state: Arc<GatewayState>,
+    sql: SqlService,
+    prepared: Arc<PreparedStatements>,
 }
 
 impl HotgateFlight {
     pub fn new(state: Arc<GatewayState>) -> Self {
-        Self { state }
+        let prepared = Arc::new(PreparedStatements::new(state.sql.prepared_idle));
+        Self {
+            sql: SqlService::new(Arc::clone(&state), Arc::clone(&prepared)),
+            state,
+            prepared,
+        }
     }
 
-    /// Runs one Flight method: counts it, hands `body` the principal the interceptor
-    /// authenticated, and counts, logs and maps its error.
+    /// Runs one JSON-path Flight method through [`serve`].
     async fn call<T, R, Fut>(
         &self,
         method: &'static str,
@@ -43,19 +52,14 @@ impl HotgateFlight {
     where
         Fut: Future<Output = Result<R>>,
     {
-        self.state
-            .metrics
-            .requests
-            .with_label_values(&[method])
-            .inc();
-        let result = match principal(&request) {
-            Ok(p) => body(p, request).await,
-            Err(e) => Err(e),
-        };
-        result
-            .map(Response::new)
-            .map_err(|e| fail(&self.state, method, e))
+        serve(&self.state, method, request, body).await
     }
+}
+
+/// Whether a descriptor carries a Flight SQL command.
+fn is_sql_descriptor(descriptor: &FlightDescriptor) -> bool {
+    descriptor.r#type() == arrow_flight::flight_descriptor::DescriptorType::Cmd
+        && is_flight_sql(&descriptor.cmd)
 }
 
 /// The answer of a method hotgate does not offer.
@@ -77,13 +81,31 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        self.call("handshake", request, |_, _| {
-            unsupported(
-                "Basic handshake is not supported: send `authorization: Bearer <jwt>` on each \
-                 call (mint one with `hotgate token`)",
-            )
-        })
-        .await
+        // The interceptor authenticated the call (a Bearer JWT, or Basic with the JWT as
+        // the password); the answer hands the client that token as its bearer token.
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let value = self
+            .call("handshake", request, |_, _| async move {
+                let token = Authenticator::bearer_token(header.as_deref().unwrap_or_default())?;
+                format!("Bearer {token}")
+                    .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                    .map_err(|_| {
+                        GatewayError::Unauthenticated("the token cannot be sent as a header".into())
+                    })
+            })
+            .await?
+            .into_inner();
+        let answer = HandshakeResponse {
+            protocol_version: 0,
+            payload: bytes::Bytes::new(),
+        };
+        let mut response = Response::new(futures::stream::iter([Ok(answer)]).boxed());
+        response.metadata_mut().insert("authorization", value);
+        Ok(response)
     }
 
     async fn list_flights(
@@ -100,6 +122,9 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        if is_sql_descriptor(request.get_ref()) {
+            return FlightService::get_flight_info(&self.sql, request).await;
+        }
         self.call("get_flight_info", request, |p, r| async move {
             let audit = new_audit(&self.state, &p, r.remote_addr(), "flight_info");
             read::flight_info(&self.state, &p, r.into_inner(), audit).await
@@ -121,6 +146,22 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
+        if is_sql_descriptor(request.get_ref()) {
+            let (metadata, extensions, descriptor) = request.into_parts();
+            let info = FlightService::get_flight_info(
+                &self.sql,
+                Request::from_parts(metadata, extensions, descriptor),
+            )
+            .await?
+            .into_inner();
+            let schema = info
+                .try_decode_schema()
+                .map_err(|e| GatewayError::Internal(e.to_string()))?;
+            let result: SchemaResult = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+                .try_into()
+                .map_err(|e: arrow_schema::ArrowError| GatewayError::Internal(e.to_string()))?;
+            return Ok(Response::new(result));
+        }
         self.call("get_schema", request, |p, r| async move {
             let audit = new_audit(&self.state, &p, r.remote_addr(), "get_schema");
             let info = read::flight_info(&self.state, &p, r.into_inner(), audit).await?;
@@ -136,6 +177,9 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
+        if is_flight_sql(&request.get_ref().ticket) {
+            return FlightService::do_get(&self.sql, request).await;
+        }
         self.call("do_get", request, |p, r| read::do_get(&self.state, p, r))
             .await
     }
@@ -144,8 +188,42 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        self.call("do_put", request, |p, r| write::do_put(&self.state, p, r))
-            .await
+        self.call("do_put", request, |p, r| async move {
+            let addr = r.remote_addr();
+            let (first, input) = write::first_message(r.into_inner()).await?;
+            let command = first
+                .flight_descriptor
+                .as_ref()
+                .filter(|d| is_sql_descriptor(d))
+                .map(|d| {
+                    flight_sql_command(&d.cmd).ok_or_else(|| {
+                        GatewayError::InvalidArgument(
+                            "descriptor: a Flight SQL command that does not decode".into(),
+                        )
+                    })
+                })
+                .transpose()?;
+            use arrow_flight::sql::Command;
+            match command {
+                None => write::do_put(&self.state, p, addr, first, input, None).await,
+                Some(Command::CommandStatementIngest(ingest)) => {
+                    write::do_put(&self.state, p, addr, first, input, Some(ingest)).await
+                }
+                Some(Command::CommandPreparedStatementQuery(query)) => {
+                    super::sql::bind_parameters(&self.prepared, &p, query, first, input).await
+                }
+                Some(
+                    Command::CommandStatementUpdate(_)
+                    | Command::CommandPreparedStatementUpdate(_)
+                    | Command::CommandStatementSubstraitPlan(_),
+                ) => Err(GatewayError::InvalidArgument(crate::sql::READ_ONLY.into())),
+                Some(other) => Err(GatewayError::InvalidArgument(format!(
+                    "DoPut does not take the Flight SQL command {}",
+                    other.type_url()
+                ))),
+            }
+        })
+        .await
     }
 
     async fn do_exchange(
@@ -162,19 +240,14 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        self.call("do_action", request, |_, _| {
-            unsupported("no actions are defined yet")
-        })
-        .await
+        // Every action is Flight SQL's (prepared statements); the JSON path has none.
+        FlightService::do_action(&self.sql, request).await
     }
 
     async fn list_actions(
         &self,
         request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        self.call("list_actions", request, |_, _| async {
-            Ok(futures::stream::empty().boxed())
-        })
-        .await
+        FlightService::list_actions(&self.sql, request).await
     }
 }

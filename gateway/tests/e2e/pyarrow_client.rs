@@ -1,5 +1,5 @@
 //! Runs the pyarrow.flight client tests (`tests/python/`: the walkthrough, governed
-//! reads, the audit trail, primary-key tables) and the pyiceberg test of the tiered
+//! reads, the audit trail, primary-key tables), the ADBC Flight SQL tests and the pyiceberg test of the tiered
 //! Iceberg table against the real binary. The venv
 //! comes from `scripts/setup`; a missing venv fails the test.
 
@@ -34,6 +34,17 @@ fn pyarrow_flight_walkthrough() {
         "py_analysts",
         &["py_analyst"],
     );
+    // The Flight SQL analyst: may list and read namespace `sq` only.
+    add_role(
+        &mut grants,
+        "sql_reader",
+        serde_json::json!([
+            {"type": "namespace", "namespace": ["sq"], "privilege": "TABLE_READ_DATA"},
+            {"type": "namespace", "namespace": ["sq"], "privilege": "TABLE_LIST"}
+        ]),
+        "sql_analysts",
+        &["sql_analyst"],
+    );
     write_grants(dir.path(), &grants);
     let server = Server::start(dir.path());
     let token = server.token("py", &["writer"]);
@@ -56,6 +67,10 @@ fn pyarrow_flight_walkthrough() {
             server.token("py_analyst", &["ALL"]),
         )
         .env("HOTGATE_AUDITOR_TOKEN", server.token("ann", &["ALL"]))
+        .env(
+            "HOTGATE_SQL_ANALYST_TOKEN",
+            server.token("sql_analyst", &["ALL"]),
+        )
         .output()
         .unwrap();
     let text = format!(

@@ -1,0 +1,319 @@
+//! Flight SQL on the Flight port, next to hotgate's JSON tickets: arrow-flight's
+//! [`FlightSqlService`] over [`crate::sql`]'s governed statements.
+//!
+//! arrow-flight's blanket `FlightService` of a `FlightSqlService` decodes every ticket
+//! and descriptor as a protobuf `Any`, which a JSON ticket is not. So
+//! [`super::HotgateFlight`] routes: bytes that decode as an `Any` of a Flight SQL type
+//! ([`flight_sql_command`]) go to [`SqlService`], everything else to the JSON paths.
+//! DoPut is routed by [`super::HotgateFlight`] itself, since its first message must be
+//! read to know the command: ingest goes through the JSON path's write path, parameter
+//! binding to [`prepared`].
+//!
+//! ```text
+//! mod (SqlService) ─┬─ statement ── prepared
+//!                   └─ metadata
+//! ```
+
+mod metadata;
+mod prepared;
+mod statement;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow_flight::sql::server::FlightSqlService;
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, Command, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandPreparedStatementQuery, CommandStatementQuery, SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{FlightData, FlightDescriptor, FlightInfo, Ticket};
+use futures::Stream;
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use crate::state::GatewayState;
+pub(super) use prepared::{PreparedStatements, bind_parameters};
+
+/// The type URLs of Flight SQL's messages share this prefix.
+const FLIGHT_SQL_TYPE_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
+
+/// The Flight SQL command in a ticket or descriptor, if it holds one.
+pub(super) fn flight_sql_command(bytes: &[u8]) -> Option<Command> {
+    let any = Any::decode(bytes).ok()?;
+    if !any.type_url.starts_with(FLIGHT_SQL_TYPE_PREFIX) {
+        return None;
+    }
+    Command::try_from(any).ok()
+}
+
+/// Whether `bytes` are a Flight SQL message (an `Any` of one of its types), decodable
+/// or not: those go to Flight SQL, which reports a bad one in its terms.
+pub(super) fn is_flight_sql(bytes: &[u8]) -> bool {
+    Any::decode(bytes).is_ok_and(|any| any.type_url.starts_with(FLIGHT_SQL_TYPE_PREFIX))
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send + 'static>>;
+
+/// hotgate's Flight SQL service.
+#[derive(Debug, Clone)]
+pub(super) struct SqlService {
+    state: Arc<GatewayState>,
+    prepared: Arc<PreparedStatements>,
+}
+
+impl SqlService {
+    pub(super) fn new(state: Arc<GatewayState>, prepared: Arc<PreparedStatements>) -> Self {
+        Self { state, prepared }
+    }
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for SqlService {
+    type FlightService = SqlService;
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |p, r| {
+            statement::flight_info(&self.state, p, r, query.query, None, None)
+        })
+        .await
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |p, r| async move {
+            let (sql, params) = self
+                .prepared
+                .for_execution(&p, &query.prepared_statement_handle)?;
+            let ticket = query.as_ticket();
+            statement::flight_info(&self.state, p, r, sql, params, Some(ticket)).await
+        })
+        .await
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_do_get", request, |p, r| async move {
+            let sql = statement::sql_of_ticket(&ticket)?;
+            statement::do_get(&self.state, p, r, sql, None).await
+        })
+        .await
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_do_get", request, |p, r| async move {
+            let (sql, params) = self
+                .prepared
+                .for_execution(&p, &query.prepared_statement_handle)?;
+            statement::do_get(&self.state, p, r, sql, params).await
+        })
+        .await
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        super::call::serve(&self.state, "sql_prepare", request, |p, r| {
+            prepared::create(&self.state, &self.prepared, p, r, query)
+        })
+        .await
+        .map(Response::into_inner)
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<(), Status> {
+        super::call::serve(&self.state, "sql_close", request, |p, _| async move {
+            self.prepared.close(&p, &query.prepared_statement_handle)
+        })
+        .await
+        .map(Response::into_inner)
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            let schema = metadata::sql_info_data()?.schema();
+            metadata::info(r.into_inner(), &schema, query.as_ticket())
+        })
+        .await
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            metadata::do_get(&self.state, p, r, "sql_info", async move {
+                let data = metadata::sql_info_data()?;
+                Ok(query.into_builder(&data).build()?)
+            })
+        })
+        .await
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            let schema = query.into_builder().schema();
+            metadata::info(r.into_inner(), &schema, query.as_ticket())
+        })
+        .await
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            metadata::do_get(&self.state, p, r, "catalogs", async move {
+                let mut builder = query.into_builder();
+                builder.append(crate::sql::CATALOG);
+                Ok(builder.build()?)
+            })
+        })
+        .await
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            let schema = query.clone().into_builder().schema();
+            metadata::info(r.into_inner(), &schema, query.as_ticket())
+        })
+        .await
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            let batch = metadata::db_schemas(&self.state, &p, query);
+            metadata::do_get(&self.state, p, r, "db_schemas", async move { batch })
+        })
+        .await
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            let schema = query.clone().into_builder().schema();
+            metadata::info(r.into_inner(), &schema, query.as_ticket())
+        })
+        .await
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            let batch = metadata::tables(&self.state, &p, query);
+            metadata::do_get(&self.state, p, r, "tables", async move { batch })
+        })
+        .await
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            let schema = query.into_builder().schema();
+            metadata::info(r.into_inner(), &schema, query.as_ticket())
+        })
+        .await
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            metadata::do_get(&self.state, p, r, "table_types", async move {
+                let mut builder = query.into_builder();
+                builder.append(metadata::TABLE_TYPE);
+                Ok(builder.build()?)
+            })
+        })
+        .await
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            metadata::info(
+                r.into_inner(),
+                &metadata::primary_keys_schema(),
+                query.as_ticket(),
+            )
+        })
+        .await
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            let batch = metadata::primary_keys(&self.state, &p, query);
+            metadata::do_get(&self.state, p, r, "primary_keys", async move { batch })
+        })
+        .await
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// A command as the ticket of its own `DoGet` (how the metadata commands are answered).
+trait AsTicket {
+    fn as_ticket(&self) -> Ticket;
+}
+
+impl<M: arrow_flight::sql::ProstMessageExt> AsTicket for M {
+    fn as_ticket(&self) -> Ticket {
+        Ticket::new(self.as_any().encode_to_vec())
+    }
+}
