@@ -33,6 +33,9 @@ pub enum GatewayError {
     Unavailable(String),
     #[error("{0}")]
     Unimplemented(String),
+    /// The caller cancelled the call (a Flight SQL statement, by `CancelFlightInfo`).
+    #[error("{0}")]
+    Cancelled(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// A failure of the hot store, with its cause; its kind decides the code.
@@ -54,6 +57,7 @@ pub enum Code {
     ResourceExhausted,
     Unavailable,
     Unimplemented,
+    Cancelled,
     Internal,
 }
 
@@ -93,6 +97,7 @@ impl GatewayError {
             GatewayError::ResourceExhausted(_) => Code::ResourceExhausted,
             GatewayError::Unavailable(_) => Code::Unavailable,
             GatewayError::Unimplemented(_) => Code::Unimplemented,
+            GatewayError::Cancelled(_) => Code::Cancelled,
             GatewayError::Internal(_) => Code::Internal,
             GatewayError::Store(e) => match e.kind() {
                 ErrorKind::InvalidArgument => Code::InvalidArgument,
@@ -122,6 +127,7 @@ impl GatewayError {
             Code::ResourceExhausted => "resource_exhausted",
             Code::Unavailable => "unavailable",
             Code::Unimplemented => "unimplemented",
+            Code::Cancelled => "cancelled",
             Code::Internal => "internal",
         }
     }
@@ -175,6 +181,7 @@ impl GatewayError {
             Code::ResourceExhausted => tonic::Status::resource_exhausted(message),
             Code::Unavailable => tonic::Status::unavailable(message),
             Code::Unimplemented => tonic::Status::unimplemented(message),
+            Code::Cancelled => tonic::Status::cancelled(message),
             Code::Internal => tonic::Status::internal(message),
         }
     }
@@ -201,6 +208,7 @@ impl GatewayError {
                 "a part hotgate depends on was unavailable (details in the server log)"
             }
             (Code::Unimplemented, _) => "the call is not supported",
+            (Code::Cancelled, _) => "the caller cancelled the call",
             (Code::Internal, _) => "the server failed (details in the server log)",
         };
         format!("{}: {fixed}", self.code())
@@ -309,6 +317,8 @@ impl IntoResponse for GatewayError {
             Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            // nginx's "client closed request": no standard status fits.
+            Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let body = serde_json::json!({"error": self.public_message(), "code": self.code()});

@@ -18,7 +18,9 @@ use hotgate_policy::Principal;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::call::{new_audit, serve};
-use super::sql::{PreparedStatements, SqlService, flight_sql_command, is_flight_sql};
+use super::sql::{
+    PreparedStatements, RunningStatements, SqlService, flight_sql_command, is_flight_sql,
+};
 use super::{read, write};
 use crate::auth::Authenticator;
 use crate::error::{GatewayError, Result};
@@ -30,15 +32,22 @@ pub struct HotgateFlight {
     state: Arc<GatewayState>,
     sql: SqlService,
     prepared: Arc<PreparedStatements>,
+    running: Arc<RunningStatements>,
 }
 
 impl HotgateFlight {
     pub fn new(state: Arc<GatewayState>) -> Self {
         let prepared = Arc::new(PreparedStatements::new(state.sql.prepared_idle));
+        let running = Arc::new(RunningStatements::new(state.sql.statement_timeout));
         Self {
-            sql: SqlService::new(Arc::clone(&state), Arc::clone(&prepared)),
+            sql: SqlService::new(
+                Arc::clone(&state),
+                Arc::clone(&prepared),
+                Arc::clone(&running),
+            ),
             state,
             prepared,
+            running,
         }
     }
 
@@ -240,7 +249,25 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        // Every action is Flight SQL's (prepared statements); the JSON path has none.
+        // Flight's own CancelFlightInfo cancels a Flight SQL statement; every other
+        // action is Flight SQL's (prepared statements). The JSON path has none.
+        if request.get_ref().r#type == "CancelFlightInfo" {
+            return self
+                .call("cancel_flight_info", request, |p, r| async move {
+                    let cancel = <arrow_flight::CancelFlightInfoRequest as prost::Message>::decode(
+                        r.into_inner().body,
+                    )
+                    .map_err(|e| GatewayError::InvalidArgument(format!("CancelFlightInfo: {e}")))?;
+                    let status = self.running.cancel(&p, &cancel)?;
+                    let result = arrow_flight::CancelFlightInfoResult::new(status);
+                    let body = prost::Message::encode_to_vec(&result);
+                    Ok(
+                        futures::stream::iter([Ok(arrow_flight::Result { body: body.into() })])
+                            .boxed(),
+                    )
+                })
+                .await;
+        }
         FlightService::do_action(&self.sql, request).await
     }
 

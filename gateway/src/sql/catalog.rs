@@ -42,6 +42,10 @@ pub(crate) struct StatementAccess {
     state: Arc<GatewayState>,
     principal: Principal,
     touched: Mutex<BTreeMap<TableName, Touched>>,
+    /// The session's table functions (`generate_series`, `range`): DataFusion resolves
+    /// `FROM f(…)` as a table reference first, and takes the function when no table
+    /// answers.
+    table_functions: std::sync::OnceLock<std::collections::BTreeSet<String>>,
 }
 
 impl StatementAccess {
@@ -50,7 +54,22 @@ impl StatementAccess {
             state,
             principal,
             touched: Mutex::new(BTreeMap::new()),
+            table_functions: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Names the session's table functions.
+    pub(crate) fn set_table_functions(&self, names: impl IntoIterator<Item = String>) {
+        let _ = self.table_functions.set(names.into_iter().collect());
+    }
+
+    /// Whether `namespace.name` is a table function's call rather than a table: an
+    /// unqualified function name that no table of the default namespace has.
+    fn is_table_function(&self, namespace: &str, name: &str) -> bool {
+        namespace == self.state.sql.default_namespace
+            && self.table_functions.get().is_some_and(|f| f.contains(name))
+            && TableName::parse(&format!("{namespace}.{name}"))
+                .map_or(true, |n| self.state.store.table(&n).is_err())
     }
 
     /// The tables resolved, in name order.
@@ -161,6 +180,9 @@ impl SchemaProvider for NamespaceSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if self.access.is_table_function(&self.namespace, name) {
+            return Ok(None);
+        }
         match self.access.open(&self.namespace, name) {
             Ok(table) => Ok(Some(table)),
             Err(e) => Err(DataFusionError::External(Box::new(e))),

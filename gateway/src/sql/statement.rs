@@ -33,6 +33,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use hotgate_policy::Principal;
 use hotgate_policy::bounded_expr::PARSE_STACK;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog::{CATALOG, StatementAccess, StatementCatalog, Touched};
 use crate::error::{GatewayError, Result};
@@ -203,20 +204,38 @@ fn check_length(sql: &str, limits: SqlLimits) -> Result<()> {
 
 impl PlannedStatement {
     /// Runs the statement: its rows, ending with an error that names the limit if it
-    /// runs past its deadline or its memory.
-    pub fn execute(&self) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    /// runs past its deadline or its memory, or says it was cancelled once `cancel` is.
+    pub fn execute(
+        &self,
+        cancel: CancellationToken,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let task = self.session.task_ctx();
         let stream = datafusion::physical_plan::execute_stream(Arc::clone(&self.plan), task)
             .map_err(|e| statement_error(e, self.limits))?;
         let limits = self.limits;
         let deadline = tokio::time::Instant::now() + limits.timeout;
-        let stream = futures::stream::unfold(Some(stream), move |stream| async move {
-            let mut stream = stream?;
-            match tokio::time::timeout_at(deadline, stream.next()).await {
-                Ok(Some(Ok(batch))) => Some((Ok(batch), Some(stream))),
-                Ok(Some(Err(e))) => Some((Err(statement_error(e, limits)), None)),
-                Ok(None) => None,
-                Err(_) => Some((Err(timed_out(limits)), None)),
+        let stream = futures::stream::unfold(Some(stream), move |stream| {
+            let cancel = cancel.clone();
+            async move {
+                let mut stream = stream?;
+                // Checked before each batch too: a plan that never waits would not let
+                // the timer or the token be polled.
+                if cancel.is_cancelled() {
+                    return Some((Err(cancelled()), None));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Some((Err(timed_out(limits)), None));
+                }
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => Some((Err(cancelled()), None)),
+                    next = tokio::time::timeout_at(deadline, stream.next()) => match next {
+                        Ok(Some(Ok(batch))) => Some((Ok(batch), Some(stream))),
+                        Ok(Some(Err(e))) => Some((Err(statement_error(e, limits)), None)),
+                        Ok(None) => None,
+                        Err(_) => Some((Err(timed_out(limits)), None)),
+                    },
+                }
             }
         });
         Ok(stream.boxed())
@@ -248,6 +267,7 @@ fn statement_session(
         .with_runtime_env(runtime)
         .with_default_features()
         .build();
+    access.set_table_functions(session.table_functions().keys().cloned());
     session
         .catalog_list()
         .register_catalog(CATALOG.to_owned(), Arc::new(StatementCatalog(access)));
@@ -477,6 +497,10 @@ fn too_deep(limits: SqlLimits) -> GatewayError {
          subquery, join, UNION and operator of a flat AND/OR chain counts as a level)",
         limits.max_depth
     ))
+}
+
+fn cancelled() -> GatewayError {
+    GatewayError::Cancelled("the statement was cancelled (CancelFlightInfo)".into())
 }
 
 fn timed_out(limits: SqlLimits) -> GatewayError {

@@ -15,4 +15,5 @@ mod retention;
 mod s3;
 mod schema;
 mod shutdown;
+mod sql;
 mod tiering;

@@ -43,7 +43,7 @@ pub(super) fn sql_info_data() -> Result<SqlInfoData> {
         SqlInfo::FlightSqlServerTransaction,
         SqlSupportedTransaction::None as i32,
     );
-    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::FlightSqlServerCancel, true);
     info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
     info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, false);
     info.append(SqlInfo::SqlDdlCatalog, false);

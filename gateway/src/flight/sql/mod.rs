@@ -16,6 +16,7 @@
 
 mod metadata;
 mod prepared;
+mod running;
 mod statement;
 
 use std::pin::Pin;
@@ -35,6 +36,7 @@ use tonic::{Request, Response, Status};
 
 use crate::state::GatewayState;
 pub(super) use prepared::{PreparedStatements, bind_parameters};
+pub(super) use running::RunningStatements;
 
 /// The type URLs of Flight SQL's messages share this prefix.
 const FLIGHT_SQL_TYPE_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
@@ -61,11 +63,20 @@ type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send 
 pub(super) struct SqlService {
     state: Arc<GatewayState>,
     prepared: Arc<PreparedStatements>,
+    running: Arc<RunningStatements>,
 }
 
 impl SqlService {
-    pub(super) fn new(state: Arc<GatewayState>, prepared: Arc<PreparedStatements>) -> Self {
-        Self { state, prepared }
+    pub(super) fn new(
+        state: Arc<GatewayState>,
+        prepared: Arc<PreparedStatements>,
+        running: Arc<RunningStatements>,
+    ) -> Self {
+        Self {
+            state,
+            prepared,
+            running,
+        }
     }
 }
 
@@ -79,7 +90,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         super::call::serve(&self.state, "sql_flight_info", request, |p, r| {
-            statement::flight_info(&self.state, p, r, query.query, None, None)
+            statement::flight_info(&self.state, &self.running, p, r, query.query, None, None)
         })
         .await
     }
@@ -94,7 +105,8 @@ impl FlightSqlService for SqlService {
                 .prepared
                 .for_execution(&p, &query.prepared_statement_handle)?;
             let ticket = query.as_ticket();
-            statement::flight_info(&self.state, p, r, sql, params, Some(ticket)).await
+            statement::flight_info(&self.state, &self.running, p, r, sql, params, Some(ticket))
+                .await
         })
         .await
     }
@@ -105,8 +117,8 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         super::call::serve(&self.state, "sql_do_get", request, |p, r| async move {
-            let sql = statement::sql_of_ticket(&ticket)?;
-            statement::do_get(&self.state, p, r, sql, None).await
+            let (run, sql) = statement::sql_of_ticket(&ticket)?;
+            statement::do_get(&self.state, &self.running, p, r, run, sql, None).await
         })
         .await
     }
@@ -117,10 +129,10 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         super::call::serve(&self.state, "sql_do_get", request, |p, r| async move {
-            let (sql, params) = self
-                .prepared
-                .for_execution(&p, &query.prepared_statement_handle)?;
-            statement::do_get(&self.state, p, r, sql, params).await
+            let handle = &query.prepared_statement_handle;
+            let (sql, params) = self.prepared.for_execution(&p, handle)?;
+            let run = statement::prepared_run_id(handle);
+            statement::do_get(&self.state, &self.running, p, r, run, sql, params).await
         })
         .await
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
 use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use hotgate_policy::Principal;
 use prost::Message;
@@ -20,21 +21,25 @@ use tonic::{Request, Status};
 use super::super::call::new_audit;
 use super::super::opened::OpenedRead;
 use super::super::read::send_read;
+use super::running::RunningStatements;
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result, catch_panic};
 use crate::sql::{PlannedStatement, plan_statement};
 use crate::state::GatewayState;
 
-/// What a statement ticket's handle holds.
+/// What a statement ticket's handle holds: the run's id (for `CancelFlightInfo`) and
+/// the statement.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StatementHandle {
+    run: String,
     sql: String,
 }
 
-/// The ticket that runs `sql`.
-pub(super) fn statement_ticket(sql: &str) -> Result<Ticket> {
+/// The ticket that runs `sql` as run `run`.
+fn statement_ticket(run: &str, sql: &str) -> Result<Ticket> {
     let handle = serde_json::to_vec(&StatementHandle {
+        run: run.to_owned(),
         sql: sql.to_owned(),
     })
     .map_err(|e| GatewayError::Internal(e.to_string()))?;
@@ -44,10 +49,30 @@ pub(super) fn statement_ticket(sql: &str) -> Result<Ticket> {
     Ok(Ticket::new(ticket.as_any().encode_to_vec()))
 }
 
-/// The statement a ticket runs.
-pub(super) fn sql_of_ticket(ticket: &TicketStatementQuery) -> Result<String> {
+/// The run id of a prepared statement's executions.
+pub(super) fn prepared_run_id(handle: &[u8]) -> String {
+    format!("prepared:{}", hex::encode(handle))
+}
+
+/// The run a Flight SQL ticket starts, if it is one of a statement.
+pub(super) fn run_id_of_ticket(ticket: &[u8]) -> Option<String> {
+    match super::flight_sql_command(ticket)? {
+        arrow_flight::sql::Command::TicketStatementQuery(t) => {
+            serde_json::from_slice::<StatementHandle>(&t.statement_handle)
+                .ok()
+                .map(|h| h.run)
+        }
+        arrow_flight::sql::Command::CommandPreparedStatementQuery(q) => {
+            Some(prepared_run_id(&q.prepared_statement_handle))
+        }
+        _ => None,
+    }
+}
+
+/// The run and the statement a ticket holds.
+pub(super) fn sql_of_ticket(ticket: &TicketStatementQuery) -> Result<(String, String)> {
     serde_json::from_slice::<StatementHandle>(&ticket.statement_handle)
-        .map(|h| h.sql)
+        .map(|h| (h.run, h.sql))
         .map_err(|_| {
             GatewayError::InvalidArgument(
                 "statement handle: not one this server issued; get one from GetFlightInfo \
@@ -76,9 +101,12 @@ async fn plan(
     Ok(planned)
 }
 
-/// `GetFlightInfo` of a statement: its schema and the one endpoint that runs it.
+/// `GetFlightInfo` of a statement: its schema and the one endpoint that runs it. A
+/// prepared statement's `ticket` is its command; a statement's is made here, naming a
+/// new run that may be cancelled from now on.
 pub(super) async fn flight_info(
     state: &Arc<GatewayState>,
+    running: &RunningStatements,
     principal: Principal,
     request: Request<FlightDescriptor>,
     sql: String,
@@ -99,22 +127,33 @@ pub(super) async fn flight_info(
     audit.allow_once().await?;
     let ticket = match ticket {
         Some(t) => t,
-        None => statement_ticket(&sql)?,
+        None => statement_ticket(&uuid::Uuid::new_v4().simple().to_string(), &sql)?,
     };
+    if let Some(run) = run_id_of_ticket(&ticket.ticket) {
+        running.token(&principal, &run);
+    }
     Ok(FlightInfo::new()
         .try_with_schema(&schema)?
         .with_descriptor(descriptor)
         .with_endpoint(FlightEndpoint::new().with_ticket(ticket)))
 }
 
-/// `DoGet` of a statement.
+/// `DoGet` of a statement, as run `run` (cancelled through `running`).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn do_get(
     state: &Arc<GatewayState>,
+    running: &Arc<RunningStatements>,
     principal: Principal,
     request: Request<Ticket>,
+    run: String,
     sql: String,
     params: Option<RecordBatch>,
 ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
+    let cancel = running.token(&principal, &run);
+    let ended = RunEnded {
+        running: Arc::clone(running),
+        run,
+    };
     let mut audit = new_audit(state, &principal, request.remote_addr(), "sql");
     audit.set_request(sql.as_bytes());
     let started = Instant::now();
@@ -129,9 +168,12 @@ pub(super) async fn do_get(
                 chrono::Utc::now().timestamp_micros(),
             );
         }
+        let batches = planned.execute(cancel)?.inspect(move |_| {
+            let _ = &ended; // forgets the run when the stream is dropped
+        });
         Ok(OpenedRead {
             schema: Arc::clone(&planned.schema),
-            batches: planned.execute()?,
+            batches: batches.boxed(),
             kind: "sql",
             trailer: None,
         })
@@ -143,5 +185,17 @@ pub(super) async fn do_get(
             audit.deny(&e).await;
             Err(e)
         }
+    }
+}
+
+/// Forgets a run when its stream ends or is dropped: nothing is left to cancel.
+struct RunEnded {
+    running: Arc<RunningStatements>,
+    run: String,
+}
+
+impl Drop for RunEnded {
+    fn drop(&mut self) {
+        self.running.finished(&self.run);
     }
 }

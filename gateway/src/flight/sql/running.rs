@@ -1,0 +1,105 @@
+//! Statements that can be cancelled: each `GetFlightInfo` of a statement names its run
+//! with an id (in its ticket), and `CancelFlightInfo` of that `FlightInfo` cancels it,
+//! whether it is streaming already or not yet started. Only the principal that got the
+//! `FlightInfo` may cancel it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use arrow_flight::{CancelFlightInfoRequest, CancelStatus};
+use hotgate_policy::Principal;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{GatewayError, Result};
+
+#[derive(Debug)]
+struct Run {
+    owner: String,
+    token: CancellationToken,
+    created: Instant,
+}
+
+/// The runs of the server that may still be cancelled.
+#[derive(Debug)]
+pub(in crate::flight) struct RunningStatements {
+    runs: Mutex<HashMap<String, Run>>,
+    /// How long an id stays cancellable: the statement time limit, and some slack for
+    /// the client to start its `DoGet`.
+    lifetime: Duration,
+}
+
+impl RunningStatements {
+    pub(in crate::flight) fn new(statement_timeout: Duration) -> Self {
+        Self {
+            runs: Mutex::new(HashMap::new()),
+            lifetime: statement_timeout.saturating_add(Duration::from_secs(600)),
+        }
+    }
+
+    /// The cancellation token of run `id` of `principal`, created on first use.
+    pub(super) fn token(&self, principal: &Principal, id: &str) -> CancellationToken {
+        let mut runs = self.runs.lock();
+        let lifetime = self.lifetime;
+        runs.retain(|_, r| r.created.elapsed() < lifetime);
+        let run = runs.entry(id.to_owned()).or_insert_with(|| Run {
+            owner: principal.name.clone(),
+            token: CancellationToken::new(),
+            created: Instant::now(),
+        });
+        if run.owner == principal.name {
+            run.token.clone()
+        } else {
+            // Another principal's run id: this caller's run is not affected by it.
+            CancellationToken::new()
+        }
+    }
+
+    /// A run that ended: nothing left to cancel.
+    pub(super) fn finished(&self, id: &str) {
+        self.runs.lock().remove(id);
+    }
+
+    /// `CancelFlightInfo`: cancels the runs the info's tickets name.
+    pub(in crate::flight) fn cancel(
+        &self,
+        principal: &Principal,
+        request: &CancelFlightInfoRequest,
+    ) -> Result<CancelStatus> {
+        let info = request.info.as_ref().ok_or_else(|| {
+            GatewayError::InvalidArgument(
+                "CancelFlightInfo: the request holds no FlightInfo".into(),
+            )
+        })?;
+        let ids: Vec<String> = info
+            .endpoint
+            .iter()
+            .filter_map(|e| e.ticket.as_ref())
+            .filter_map(|t| super::statement::run_id_of_ticket(&t.ticket))
+            .collect();
+        if ids.is_empty() {
+            return Err(GatewayError::InvalidArgument(
+                "CancelFlightInfo: the FlightInfo names no statement of this server; only \
+                 Flight SQL statements can be cancelled"
+                    .into(),
+            ));
+        }
+        let runs = self.runs.lock();
+        let mut status = CancelStatus::NotCancellable;
+        for id in ids {
+            match runs.get(&id) {
+                Some(run) if run.owner == principal.name => {
+                    run.token.cancel();
+                    status = CancelStatus::Cancelled;
+                }
+                Some(_) => {
+                    return Err(GatewayError::PermissionDenied(
+                        "CancelFlightInfo: the statement belongs to another principal".into(),
+                    ));
+                }
+                None => {}
+            }
+        }
+        Ok(status)
+    }
+}
