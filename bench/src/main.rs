@@ -20,6 +20,7 @@ mod deletion;
 mod gateway;
 mod lookup;
 mod reads;
+mod sql;
 mod stats;
 mod tiering;
 

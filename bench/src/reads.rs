@@ -1,6 +1,7 @@
 //! `hotgate-bench reads` (the default): end-to-end freshness, Flight read throughput
 //! against a bare arrow-flight server serving the same batches from memory, governed
-//! against admin reads, the per-call cost of authorization, and the audit's cost.
+//! against admin reads, the per-call cost of authorization, and the audit's cost; and
+//! the Flight SQL path against the JSON ticket and the bare server (`crate::sql`).
 //!
 //! - Freshness: each row carries `produced_at`, set by the producer just before it
 //!   sends the batch over a long-lived DoPut; a follow-mode changelog DoGet records when
@@ -423,7 +424,7 @@ async fn against_bare_flight(
     }
     summary.insert("bench".into(), "flight_read_summary".into());
     println!("{}", serde_json::Value::Object(summary));
-    Ok(())
+    crate::sql::sql_against_json(client, &mut bare_client, token, WIDE_COLUMNS, READ_RUNS).await
 }
 
 /// Governed (one row filter, two masks) against admin (no policy), same data.

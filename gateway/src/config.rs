@@ -569,6 +569,18 @@ mod tests {
             var("HOTGATE_STORE_STATE_CACHE_MB", "31", |c| {
                 c.store.state_cache_mb == 31
             }),
+            var("HOTGATE_SQL_MEMORY_LIMIT_MB", "64", |c| {
+                c.sql.memory_limit_mb == 64 && c.sql.limits().memory_bytes == 64 << 20
+            }),
+            var("HOTGATE_SQL_STATEMENT_TIMEOUT", "90s", |c| {
+                c.sql.statement_timeout == std::time::Duration::from_secs(90)
+            }),
+            var("HOTGATE_SQL_PREPARED_IDLE", "10m", |c| {
+                c.sql.prepared_idle == std::time::Duration::from_secs(600)
+            }),
+            var("HOTGATE_SQL_DEFAULT_NAMESPACE", "sales", |c| {
+                c.sql.default_namespace == "sales"
+            }),
         ]
     }
 
