@@ -65,23 +65,11 @@ pub struct SqlConfig {
 
 impl Default for SqlConfig {
     fn default() -> Self {
-        let limits = crate::sql::SqlLimits::DEFAULT;
         Self {
-            memory_limit_mb: (limits.memory_bytes >> 20) as u64,
-            statement_timeout: limits.timeout,
+            memory_limit_mb: 256,
+            statement_timeout: std::time::Duration::from_secs(300),
             prepared_idle: std::time::Duration::from_secs(3600),
             default_namespace: "default".into(),
-        }
-    }
-}
-
-impl SqlConfig {
-    pub fn limits(&self) -> crate::sql::SqlLimits {
-        crate::sql::SqlLimits {
-            memory_bytes: usize::try_from(self.memory_limit_mb.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX),
-            timeout: self.statement_timeout,
-            ..crate::sql::SqlLimits::DEFAULT
         }
     }
 }
@@ -570,7 +558,7 @@ mod tests {
                 c.store.state_cache_mb == 31
             }),
             var("HOTGATE_SQL_MEMORY_LIMIT_MB", "64", |c| {
-                c.sql.memory_limit_mb == 64 && c.sql.limits().memory_bytes == 64 << 20
+                c.sql.memory_limit_mb == 64
             }),
             var("HOTGATE_SQL_STATEMENT_TIMEOUT", "90s", |c| {
                 c.sql.statement_timeout == std::time::Duration::from_secs(90)

@@ -258,7 +258,7 @@ impl FlightService for HotgateFlight {
                         r.into_inner().body,
                     )
                     .map_err(|e| GatewayError::InvalidArgument(format!("CancelFlightInfo: {e}")))?;
-                    let status = self.running.cancel(&p, &cancel)?;
+                    let status = super::sql::cancel_flight_info(&self.running, &p, &cancel)?;
                     let result = arrow_flight::CancelFlightInfoResult::new(status);
                     let body = prost::Message::encode_to_vec(&result);
                     Ok(

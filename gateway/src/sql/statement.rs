@@ -53,13 +53,26 @@ pub struct SqlLimits {
 }
 
 impl SqlLimits {
-    /// 64 KiB and 128 levels, as for every expression from outside; 256 MiB; 5 minutes.
+    /// 64 KiB and 128 levels, as for every expression from outside; 256 MiB and 5
+    /// minutes, `[sql]`'s defaults.
     pub const DEFAULT: SqlLimits = SqlLimits {
         max_bytes: 64 * 1024,
         max_depth: 128,
         memory_bytes: 256 << 20,
         timeout: Duration::from_secs(300),
     };
+}
+
+impl SqlLimits {
+    /// The limits `[sql]` sets (memory and time), with the fixed text limits.
+    pub fn of(config: &crate::config::SqlConfig) -> Self {
+        Self {
+            memory_bytes: usize::try_from(config.memory_limit_mb.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
+            timeout: config.statement_timeout,
+            ..Self::DEFAULT
+        }
+    }
 }
 
 impl Default for SqlLimits {

@@ -319,6 +319,32 @@ impl FlightSqlService for SqlService {
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
+/// `CancelFlightInfo`: cancels the statement runs the info's tickets name.
+pub(super) fn cancel_flight_info(
+    running: &RunningStatements,
+    principal: &hotgate_policy::Principal,
+    request: &arrow_flight::CancelFlightInfoRequest,
+) -> crate::error::Result<arrow_flight::CancelStatus> {
+    use crate::error::GatewayError;
+    let info = request.info.as_ref().ok_or_else(|| {
+        GatewayError::InvalidArgument("CancelFlightInfo: the request holds no FlightInfo".into())
+    })?;
+    let ids: Vec<String> = info
+        .endpoint
+        .iter()
+        .filter_map(|e| e.ticket.as_ref())
+        .filter_map(|t| statement::run_id_of_ticket(&t.ticket))
+        .collect();
+    if ids.is_empty() {
+        return Err(GatewayError::InvalidArgument(
+            "CancelFlightInfo: the FlightInfo names no statement of this server; only Flight \
+             SQL statements can be cancelled"
+                .into(),
+        ));
+    }
+    running.cancel(principal, &ids)
+}
+
 /// A command as the ticket of its own `DoGet` (how the metadata commands are answered).
 trait AsTicket {
     fn as_ticket(&self) -> Ticket;

@@ -141,7 +141,7 @@ pub(super) async fn create(
         state,
         &principal,
         &query.query,
-        state.sql.limits(),
+        crate::sql::SqlLimits::of(&state.sql),
     ))
     .await;
     let described = match described {

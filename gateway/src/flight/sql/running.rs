@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use arrow_flight::{CancelFlightInfoRequest, CancelStatus};
+use arrow_flight::CancelStatus;
 use hotgate_policy::Principal;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -60,34 +60,12 @@ impl RunningStatements {
         self.runs.lock().remove(id);
     }
 
-    /// `CancelFlightInfo`: cancels the runs the info's tickets name.
-    pub(in crate::flight) fn cancel(
-        &self,
-        principal: &Principal,
-        request: &CancelFlightInfoRequest,
-    ) -> Result<CancelStatus> {
-        let info = request.info.as_ref().ok_or_else(|| {
-            GatewayError::InvalidArgument(
-                "CancelFlightInfo: the request holds no FlightInfo".into(),
-            )
-        })?;
-        let ids: Vec<String> = info
-            .endpoint
-            .iter()
-            .filter_map(|e| e.ticket.as_ref())
-            .filter_map(|t| super::statement::run_id_of_ticket(&t.ticket))
-            .collect();
-        if ids.is_empty() {
-            return Err(GatewayError::InvalidArgument(
-                "CancelFlightInfo: the FlightInfo names no statement of this server; only \
-                 Flight SQL statements can be cancelled"
-                    .into(),
-            ));
-        }
+    /// Cancels runs `ids` of `principal` (the runs a `CancelFlightInfo`'s tickets name).
+    pub(super) fn cancel(&self, principal: &Principal, ids: &[String]) -> Result<CancelStatus> {
         let runs = self.runs.lock();
         let mut status = CancelStatus::NotCancellable;
         for id in ids {
-            match runs.get(&id) {
+            match runs.get(id) {
                 Some(run) if run.owner == principal.name => {
                     run.token.cancel();
                     status = CancelStatus::Cancelled;

@@ -90,7 +90,14 @@ async fn plan(
     params: Option<&RecordBatch>,
     audit: &mut CallAudit,
 ) -> Result<PlannedStatement> {
-    let planned = plan_statement(state, principal, sql, params, state.sql.limits()).await?;
+    let planned = plan_statement(
+        state,
+        principal,
+        sql,
+        params,
+        crate::sql::SqlLimits::of(&state.sql),
+    )
+    .await?;
     audit.set_tables(
         planned
             .touched
