@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use datafusion::catalog::MemoryCatalogProviderList;
 use datafusion::common::ParamValues;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
@@ -275,10 +276,15 @@ fn statement_session(
         .with_default_catalog_and_schema(CATALOG, &state.sql.default_namespace)
         .with_information_schema(false);
     config.options_mut().sql_parser.recursion_limit = limits.max_depth;
-    let session = SessionStateBuilder::new()
+    // DataFusion's functions are registered once; each statement starts from a copy
+    // with its own config, memory pool and catalog (registering them per statement
+    // cost about a millisecond).
+    static FUNCTIONS: std::sync::LazyLock<SessionState> =
+        std::sync::LazyLock::new(|| SessionStateBuilder::new().with_default_features().build());
+    let session = SessionStateBuilder::new_from_existing(FUNCTIONS.clone())
         .with_config(config)
         .with_runtime_env(runtime)
-        .with_default_features()
+        .with_catalog_list(Arc::new(MemoryCatalogProviderList::new()))
         .build();
     access.set_table_functions(session.table_functions().keys().cloned());
     session
