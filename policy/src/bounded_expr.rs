@@ -265,8 +265,9 @@ pub fn join_balanced(mut exprs: Vec<Expr>, op: fn(Expr, Expr) -> Expr) -> Option
 }
 
 /// `repeat(s, n)`, `lpad(s, n, …)` and `rpad(s, n, …)` with a literal `n` beyond
-/// [`MAX_CONSTANT_STRING`].
-fn check_constant_call(name: &str, args: &[Expr]) -> Result<(), ExprError> {
+/// [`MAX_CONSTANT_STRING`]: the planner folds such a call while planning, outside any
+/// memory limit. Also used on whole SQL statements.
+pub fn check_constant_call(name: &str, args: &[Expr]) -> Result<(), ExprError> {
     if !matches!(name, "repeat" | "lpad" | "rpad") {
         return Ok(());
     }

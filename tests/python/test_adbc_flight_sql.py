@@ -241,6 +241,7 @@ def test_bad_statements_get_clear_errors_and_write_nothing():
     chain = "SELECT 1 FROM sq.orders WHERE " + " OR ".join(f"id = {i}" for i in range(400))
     assert "levels deep" in refused(ADMIN, chain)
     assert "bytes long" in refused(ADMIN, "SELECT '" + "x" * 70000 + "'")
+    assert "longer than" in refused(ADMIN, "SELECT length(repeat('x', 2000000000)) AS n")
     assert query(ADMIN, "SELECT count(*) AS n FROM sq.orders")["n"].to_pylist() == [10]
 
 

@@ -33,7 +33,7 @@ use datafusion::sql::sqlparser::ast::{Visit, Visitor};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use hotgate_policy::Principal;
-use hotgate_policy::bounded_expr::PARSE_STACK;
+use hotgate_policy::bounded_expr::{self, PARSE_STACK};
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::{CATALOG, StatementAccess, StatementCatalog, Touched};
@@ -303,9 +303,14 @@ async fn plan_bounded(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let plan = logical_plan(session, access, sql, limits).await?;
     let plan = match params {
-        Some(values) => plan
-            .with_param_values(values)
-            .map_err(|e| statement_error(e, limits))?,
+        // Bound values are constants too.
+        Some(values) => {
+            let plan = plan
+                .with_param_values(values)
+                .map_err(|e| statement_error(e, limits))?;
+            check_constants(&plan)?;
+            plan
+        }
         None => plan,
     };
     session
@@ -333,6 +338,7 @@ async fn logical_plan(
         .verify_plan(&plan)
         .map_err(|_| GatewayError::InvalidArgument(READ_ONLY.into()))?;
     check_plan_depth(&plan, limits)?;
+    check_constants(&plan)?;
     Ok(plan)
 }
 
@@ -462,6 +468,7 @@ fn check_plan_depth(plan: &LogicalPlan, limits: SqlLimits) -> Result<()> {
         if depth > limit {
             return false;
         }
+
         let nested = match expr {
             Expr::ScalarSubquery(s) => Some(&s.subquery),
             Expr::Exists(e) => Some(&e.subquery.subquery),
@@ -488,6 +495,30 @@ fn check_plan_depth(plan: &LogicalPlan, limits: SqlLimits) -> Result<()> {
         Ok(())
     } else {
         Err(too_deep(limits))
+    }
+}
+
+/// Refuses constant calls that would allocate a huge string while the plan is
+/// simplified (`repeat('x', 2000000000)`), before any memory pool counts it. Runs after
+/// the depth check, so its walk is shallow.
+fn check_constants(plan: &LogicalPlan) -> Result<()> {
+    let mut refused = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::ScalarFunction(f) = e
+                    && let Err(err) = bounded_expr::check_constant_call(f.name(), &f.args)
+                {
+                    refused = Some(err);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    match refused {
+        Some(e) => Err(GatewayError::InvalidArgument(format!("SQL: {e}"))),
+        None => Ok(()),
     }
 }
 
