@@ -286,3 +286,16 @@ def test_each_statement_is_audited_with_every_table_and_a_digest_only():
     assert record["columns_returned"] == ["id", "name"]
     assert any(p.startswith("sq.orders:sq_eu@") for p in record["policies"]), record
     assert record["query_digest"] and "SELECT" not in str(record)
+    # A refused statement's record names the tables it named, the ungranted one too.
+    refused(ANALYST, "SELECT o.id FROM sq.orders o JOIN sqx.hidden h ON o.id = h.id WHERE o.id = 77")
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = hotgate_client.http("GET", "/v1/audit?table=sqx.hidden&decision=deny&limit=1000", AUDITOR)
+        assert status == 200, body
+        denied = [r for r in body["records"] if r["principal"] == "sql_analyst" and r["action"].startswith("sql")]
+        if denied or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert denied, body
+    assert "sqx.hidden" in denied[-1]["table"].split(","), denied[-1]
+    assert "TABLE_READ_DATA" in denied[-1]["reason"]

@@ -169,6 +169,13 @@ impl CallAudit {
         self.record.columns_returned = returned.fields().iter().map(|f| f.name().clone()).collect();
     }
 
+    /// The tables a refused statement named (comma-separated, in name order).
+    pub fn set_table_names<'a>(&mut self, names: impl IntoIterator<Item = &'a String>) {
+        let mut names: Vec<&str> = names.into_iter().map(String::as_str).collect();
+        names.sort_unstable();
+        self.record.table = (!names.is_empty()).then(|| names.join(","));
+    }
+
     /// A statement over several tables: `table` lists them all (comma-separated, in
     /// name order), each policy is prefixed with its table (`ns.t:policy@v`), and the
     /// tiers are those any of them touched.

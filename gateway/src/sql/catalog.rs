@@ -36,12 +36,17 @@ pub struct Touched {
     pub tiers: Tiers,
 }
 
+/// The tables a statement named (`namespace.table`), whether or not it may read them:
+/// what the audit record of a refused statement lists.
+pub type Referenced = Arc<Mutex<std::collections::BTreeSet<String>>>;
+
 /// One statement's access to the store: the caller, and what it has resolved so far.
 #[derive(Debug)]
 pub(crate) struct StatementAccess {
     state: Arc<GatewayState>,
     principal: Principal,
     touched: Mutex<BTreeMap<TableName, Touched>>,
+    referenced: Referenced,
     /// The session's table functions (`generate_series`, `range`): DataFusion resolves
     /// `FROM f(…)` as a table reference first, and takes the function when no table
     /// answers.
@@ -49,11 +54,16 @@ pub(crate) struct StatementAccess {
 }
 
 impl StatementAccess {
-    pub(crate) fn new(state: Arc<GatewayState>, principal: Principal) -> Arc<Self> {
+    pub(crate) fn new(
+        state: Arc<GatewayState>,
+        principal: Principal,
+        referenced: Referenced,
+    ) -> Arc<Self> {
         Arc::new(Self {
             state,
             principal,
             touched: Mutex::new(BTreeMap::new()),
+            referenced,
             table_functions: std::sync::OnceLock::new(),
         })
     }
@@ -81,6 +91,7 @@ impl StatementAccess {
     /// [`crate::flight`]'s reads do, so a caller without access cannot probe which
     /// tables exist).
     fn open(&self, namespace: &str, name: &str) -> Result<Arc<ViewTable>> {
+        self.referenced.lock().insert(format!("{namespace}.{name}"));
         let table_name = TableName::parse(&format!("{namespace}.{name}")).map_err(|_| {
             GatewayError::NotFound(format!(
                 "table {namespace}.{name}: not a hotgate table name, so no such table exists"

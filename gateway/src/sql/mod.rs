@@ -16,7 +16,7 @@ mod catalog;
 mod statement;
 mod view_table;
 
-pub use catalog::{CATALOG, Touched};
+pub use catalog::{CATALOG, Referenced, Touched};
 pub use statement::{
     DescribedStatement, PlannedStatement, READ_ONLY, SqlLimits, describe_statement, plan_statement,
 };

@@ -36,7 +36,7 @@ use hotgate_policy::Principal;
 use hotgate_policy::bounded_expr::{self, PARSE_STACK};
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{CATALOG, StatementAccess, StatementCatalog, Touched};
+use super::catalog::{CATALOG, Referenced, StatementAccess, StatementCatalog, Touched};
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
@@ -100,17 +100,19 @@ pub struct PlannedStatement {
     limits: SqlLimits,
 }
 
-/// Plans `sql` for `principal`, binding `params` to its placeholders (`$1`, `$2`, …).
+/// Plans `sql` for `principal`, binding `params` to its placeholders (`$1`, `$2`, …);
+/// every table it names is added to `referenced`, even if planning then fails.
 pub async fn plan_statement(
     state: &Arc<GatewayState>,
     principal: &Principal,
     sql: &str,
     params: Option<&RecordBatch>,
     limits: SqlLimits,
+    referenced: &Referenced,
 ) -> Result<PlannedStatement> {
     check_length(sql, limits)?;
     let params = params.map(param_values).transpose()?;
-    let access = StatementAccess::new(Arc::clone(state), principal.clone());
+    let access = StatementAccess::new(Arc::clone(state), principal.clone(), Arc::clone(referenced));
     let session = statement_session(state, Arc::clone(&access), limits)?;
     let sql = sql.to_owned();
     let planning = {
@@ -154,9 +156,10 @@ pub async fn describe_statement(
     principal: &Principal,
     sql: &str,
     limits: SqlLimits,
+    referenced: &Referenced,
 ) -> Result<DescribedStatement> {
     check_length(sql, limits)?;
-    let access = StatementAccess::new(Arc::clone(state), principal.clone());
+    let access = StatementAccess::new(Arc::clone(state), principal.clone(), Arc::clone(referenced));
     let session = statement_session(state, Arc::clone(&access), limits)?;
     let sql = sql.to_owned();
     let resolver = Arc::clone(&access);

@@ -137,16 +137,19 @@ pub(super) async fn create(
 ) -> Result<ActionCreatePreparedStatementResult> {
     let mut audit = new_audit(state, &principal, request.remote_addr(), "sql_prepare");
     audit.set_request(query.query.as_bytes());
+    let referenced = crate::sql::Referenced::default();
     let described = catch_panic(describe_statement(
         state,
         &principal,
         &query.query,
         crate::sql::SqlLimits::of(&state.sql),
+        &referenced,
     ))
     .await;
     let described = match described {
         Ok(d) => d,
         Err(e) => {
+            audit.set_table_names(referenced.lock().iter());
             audit.deny(&e).await;
             return Err(e);
         }

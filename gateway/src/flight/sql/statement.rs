@@ -90,14 +90,23 @@ async fn plan(
     params: Option<&RecordBatch>,
     audit: &mut CallAudit,
 ) -> Result<PlannedStatement> {
+    let referenced = crate::sql::Referenced::default();
     let planned = plan_statement(
         state,
         principal,
         sql,
         params,
         crate::sql::SqlLimits::of(&state.sql),
+        &referenced,
     )
-    .await?;
+    .await;
+    let planned = match planned {
+        Ok(p) => p,
+        Err(e) => {
+            audit.set_table_names(referenced.lock().iter());
+            return Err(e);
+        }
+    };
     audit.set_tables(
         planned
             .touched
