@@ -252,6 +252,31 @@ impl Governance {
             .map_err(GatewayError::from)
     }
 
+    /// The tables of `tables` that `principal` may list, each with the schema of its
+    /// view: denied columns absent, and no columns at all where the principal may list
+    /// the table but not read it. What every listing (Flight, Flight SQL) shows.
+    pub fn listed(
+        &self,
+        principal: &Principal,
+        tables: Vec<Arc<HotTable>>,
+    ) -> Vec<(Arc<HotTable>, arrow_schema::SchemaRef)> {
+        tables
+            .into_iter()
+            .filter(|t| {
+                self.authorize_table(principal, Privilege::TableList, t.def().name())
+                    .is_ok()
+            })
+            .map(|t| {
+                let schema = self
+                    .authorize_table(principal, Privilege::TableReadData, t.def().name())
+                    .and_then(|()| self.view(principal, &t))
+                    .map(|v| Arc::clone(v.schema()))
+                    .unwrap_or_else(|_| Arc::new(arrow_schema::Schema::empty()));
+                (t, schema)
+            })
+            .collect()
+    }
+
     /// Who can read or write `table`, and what each catalog role's secure view of it is:
     /// the effective-access report of `GET /v1/tables/{id}/access`.
     pub fn access_report(&self, table: &HotTable) -> AccessReport {

@@ -15,7 +15,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
@@ -542,17 +542,12 @@ pub async fn plan_scan(
         scan.buckets.clone(),
         tiers.cold.clone(),
     );
-    let mut df = ctx.read_table(Arc::new(provider))?;
-    // Rows of pending deletion requests are gone for every reader, whatever the view:
-    // the filter sits on the raw rows, below masks and policies.
-    if let Some(suppression) = suppression {
-        df = df.filter(suppression.keep_expr())?;
-    }
+    let (session, raw) = ctx.read_table(Arc::new(provider))?.into_parts();
+    let mut df = DataFrame::new(
+        session,
+        secure_view(raw.into(), view, suppression)?.build()?,
+    );
     if !view.is_unrestricted() {
-        if let Some(row_filter) = view.row_filter() {
-            df = df.filter(row_filter.clone())?;
-        }
-        df = df.select(view.projection().to_vec())?;
         // Only what the caller's columns and filter need leaves the view.
         let needed = view_columns_needed(&ctx, view, scan)?;
         if needed.len() < view.schema().fields().len() {
@@ -575,6 +570,26 @@ pub async fn plan_scan(
         df = df.limit(0, Some(limit))?;
     }
     Ok(df)
+}
+
+/// `view` over the raw rows `plan` yields: the rows of pending deletion requests are
+/// gone first, for every reader whatever the view (below masks and policies); then the
+/// policy row filter, on unmasked values; then the masks and denies.
+pub fn secure_view(
+    mut plan: LogicalPlanBuilder,
+    view: &SecureView,
+    suppression: Option<&Suppression>,
+) -> DfResult<LogicalPlanBuilder> {
+    if let Some(suppression) = suppression {
+        plan = plan.filter(suppression.keep_expr())?;
+    }
+    if !view.is_unrestricted() {
+        if let Some(row_filter) = view.row_filter() {
+            plan = plan.filter(row_filter.clone())?;
+        }
+        plan = plan.project(view.projection().to_vec())?;
+    }
+    Ok(plan)
 }
 
 /// Requested columns: a denied one is `PermissionDenied` naming it; an unknown one is

@@ -318,24 +318,9 @@ pub(super) async fn list_flights(
 ) -> Result<BoxStream<'static, Result<FlightInfo, Status>>> {
     let audit = new_audit(state, &principal, request.remote_addr(), "list_flights");
     let mut infos = Vec::new();
-    for table in state.store.tables() {
+    for (table, schema) in state.governance.listed(&principal, state.store.tables()) {
         let def = table.def();
         let name = def.name();
-        let governance = &state.governance;
-        if governance
-            .authorize_table(&principal, Privilege::TableList, name)
-            .is_err()
-        {
-            continue;
-        }
-        // Listing shows only what the caller may read, with denied columns absent.
-        let readable = governance
-            .authorize_table(&principal, Privilege::TableReadData, name)
-            .and_then(|()| governance.view(&principal, &table));
-        let schema = match readable {
-            Ok(view) => view.schema().as_ref().clone(),
-            Err(_) => arrow_schema::Schema::empty(),
-        };
         let descriptor = FlightDescriptor::new_path(
             name.namespace()
                 .split('.')

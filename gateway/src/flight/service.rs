@@ -3,7 +3,6 @@
 //! place; the read and write paths do the rest. Flight SQL messages are routed to
 //! [`super::sql::SqlService`] (see that module for why the routing is done here).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use arrow_flight::flight_service_server::FlightService;
@@ -14,13 +13,10 @@ use arrow_flight::{
 use arrow_ipc::writer::IpcWriteOptions;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use hotgate_policy::Principal;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::call::{new_audit, serve};
-use super::sql::{
-    PreparedStatements, RunningStatements, SqlService, flight_sql_command, is_flight_sql,
-};
+use super::sql::{SqlService, flight_sql_command, is_flight_sql};
 use super::{read, write};
 use crate::auth::Authenticator;
 use crate::error::{GatewayError, Result};
@@ -31,37 +27,14 @@ use crate::state::GatewayState;
 pub struct HotgateFlight {
     state: Arc<GatewayState>,
     sql: SqlService,
-    prepared: Arc<PreparedStatements>,
-    running: Arc<RunningStatements>,
 }
 
 impl HotgateFlight {
     pub fn new(state: Arc<GatewayState>) -> Self {
-        let prepared = Arc::new(PreparedStatements::new(state.sql.prepared_idle));
-        let running = Arc::new(RunningStatements::new(state.sql.statement_timeout));
         Self {
-            sql: SqlService::new(
-                Arc::clone(&state),
-                Arc::clone(&prepared),
-                Arc::clone(&running),
-            ),
+            sql: SqlService::new(Arc::clone(&state)),
             state,
-            prepared,
-            running,
         }
-    }
-
-    /// Runs one JSON-path Flight method through [`serve`].
-    async fn call<T, R, Fut>(
-        &self,
-        method: &'static str,
-        request: Request<T>,
-        body: impl FnOnce(Principal, Request<T>) -> Fut,
-    ) -> Result<Response<R>, Status>
-    where
-        Fut: Future<Output = Result<R>>,
-    {
-        serve(&self.state, method, request, body).await
     }
 }
 
@@ -97,17 +70,16 @@ impl FlightService for HotgateFlight {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let value = self
-            .call("handshake", request, |_, _| async move {
-                let token = Authenticator::bearer_token(header.as_deref().unwrap_or_default())?;
-                format!("Bearer {token}")
-                    .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
-                    .map_err(|_| {
-                        GatewayError::Unauthenticated("the token cannot be sent as a header".into())
-                    })
-            })
-            .await?
-            .into_inner();
+        let value = serve(&self.state, "handshake", request, |_, _| async move {
+            let token = Authenticator::bearer_token(header.as_deref().unwrap_or_default())?;
+            format!("Bearer {token}")
+                .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                .map_err(|_| {
+                    GatewayError::Unauthenticated("the token cannot be sent as a header".into())
+                })
+        })
+        .await?
+        .into_inner();
         let answer = HandshakeResponse {
             protocol_version: 0,
             payload: bytes::Bytes::new(),
@@ -121,7 +93,7 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        self.call("list_flights", request, |p, r| {
+        serve(&self.state, "list_flights", request, |p, r| {
             read::list_flights(&self.state, p, r)
         })
         .await
@@ -134,7 +106,7 @@ impl FlightService for HotgateFlight {
         if is_sql_descriptor(request.get_ref()) {
             return FlightService::get_flight_info(&self.sql, request).await;
         }
-        self.call("get_flight_info", request, |p, r| async move {
+        serve(&self.state, "get_flight_info", request, |p, r| async move {
             let audit = new_audit(&self.state, &p, r.remote_addr(), "flight_info");
             read::flight_info(&self.state, &p, r.into_inner(), audit).await
         })
@@ -145,7 +117,7 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<PollInfo>, Status> {
-        self.call("poll_flight_info", request, |_, _| {
+        serve(&self.state, "poll_flight_info", request, |_, _| {
             unsupported("PollFlightInfo is not supported; use GetFlightInfo")
         })
         .await
@@ -171,7 +143,7 @@ impl FlightService for HotgateFlight {
                 .map_err(|e: arrow_schema::ArrowError| GatewayError::Internal(e.to_string()))?;
             return Ok(Response::new(result));
         }
-        self.call("get_schema", request, |p, r| async move {
+        serve(&self.state, "get_schema", request, |p, r| async move {
             let audit = new_audit(&self.state, &p, r.remote_addr(), "get_schema");
             let info = read::flight_info(&self.state, &p, r.into_inner(), audit).await?;
             let schema = info.try_decode_schema()?;
@@ -189,15 +161,17 @@ impl FlightService for HotgateFlight {
         if is_flight_sql(&request.get_ref().ticket) {
             return FlightService::do_get(&self.sql, request).await;
         }
-        self.call("do_get", request, |p, r| read::do_get(&self.state, p, r))
-            .await
+        serve(&self.state, "do_get", request, |p, r| {
+            read::do_get(&self.state, p, r)
+        })
+        .await
     }
 
     async fn do_put(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        self.call("do_put", request, |p, r| async move {
+        serve(&self.state, "do_put", request, |p, r| async move {
             let addr = r.remote_addr();
             let (first, input) = write::first_message(r.into_inner()).await?;
             let command = first
@@ -219,7 +193,7 @@ impl FlightService for HotgateFlight {
                     write::do_put(&self.state, p, addr, first, input, Some(ingest)).await
                 }
                 Some(Command::CommandPreparedStatementQuery(query)) => {
-                    super::sql::bind_parameters(&self.prepared, &p, query, first, input).await
+                    self.sql.bind_parameters(&p, query, first, input).await
                 }
                 Some(
                     Command::CommandStatementUpdate(_)
@@ -239,7 +213,7 @@ impl FlightService for HotgateFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        self.call("do_exchange", request, |_, _| {
+        serve(&self.state, "do_exchange", request, |_, _| {
             unsupported("DoExchange is not supported")
         })
         .await
@@ -252,21 +226,25 @@ impl FlightService for HotgateFlight {
         // Flight's own CancelFlightInfo cancels a Flight SQL statement; every other
         // action is Flight SQL's (prepared statements). The JSON path has none.
         if request.get_ref().r#type == "CancelFlightInfo" {
-            return self
-                .call("cancel_flight_info", request, |p, r| async move {
+            return serve(
+                &self.state,
+                "cancel_flight_info",
+                request,
+                |p, r| async move {
                     let cancel = <arrow_flight::CancelFlightInfoRequest as prost::Message>::decode(
                         r.into_inner().body,
                     )
                     .map_err(|e| GatewayError::InvalidArgument(format!("CancelFlightInfo: {e}")))?;
-                    let status = super::sql::cancel_flight_info(&self.running, &p, &cancel)?;
+                    let status = self.sql.cancel_flight_info(&p, &cancel)?;
                     let result = arrow_flight::CancelFlightInfoResult::new(status);
                     let body = prost::Message::encode_to_vec(&result);
                     Ok(
                         futures::stream::iter([Ok(arrow_flight::Result { body: body.into() })])
                             .boxed(),
                     )
-                })
-                .await;
+                },
+            )
+            .await;
         }
         FlightService::do_action(&self.sql, request).await
     }

@@ -14,7 +14,7 @@ use datafusion::catalog::{CatalogProvider, SchemaProvider};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use hotgate_policy::{Principal, Privilege, SecureView};
-use hotgate_store::{HotTable, TableName};
+use hotgate_store::TableName;
 use parking_lot::Mutex;
 
 use super::view_table::ViewTable;
@@ -31,7 +31,6 @@ pub const CATALOG: &str = "hotgate";
 #[derive(Debug, Clone)]
 pub struct Touched {
     pub name: TableName,
-    pub table: Arc<HotTable>,
     pub view: Arc<SecureView>,
     pub tiers: Tiers,
 }
@@ -103,17 +102,11 @@ impl StatementAccess {
         let view = governance.view(&self.principal, &table)?;
         let tiers = choose_tiers(&self.state.tierer, &table, &Scan::whole(table_name.clone()))?;
         let suppression = self.state.deletions.suppression(&table_name);
-        let provider = ViewTable::try_new(
-            Arc::clone(&table),
-            Arc::clone(&view),
-            tiers.clone(),
-            suppression,
-        )?;
+        let provider = ViewTable::try_new(table, Arc::clone(&view), tiers.clone(), suppression)?;
         self.touched.lock().insert(
             table_name.clone(),
             Touched {
                 name: table_name,
-                table,
                 view,
                 tiers: tiers.tiers,
             },
@@ -123,18 +116,13 @@ impl StatementAccess {
 
     /// The tables of `namespace` the caller may list.
     fn listable(&self, namespace: Option<&str>) -> Vec<TableName> {
+        let tables = self.state.store.tables();
         self.state
-            .store
-            .tables()
-            .iter()
-            .map(|t| t.def().name().clone())
+            .governance
+            .listed(&self.principal, tables)
+            .into_iter()
+            .map(|(t, _)| t.def().name().clone())
             .filter(|n| namespace.is_none_or(|ns| n.namespace() == ns))
-            .filter(|n| {
-                self.state
-                    .governance
-                    .authorize_table(&self.principal, Privilege::TableList, n)
-                    .is_ok()
-            })
             .collect()
     }
 }

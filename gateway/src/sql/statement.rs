@@ -62,9 +62,7 @@ impl SqlLimits {
         memory_bytes: 256 << 20,
         timeout: Duration::from_secs(300),
     };
-}
 
-impl SqlLimits {
     /// The limits `[sql]` sets (memory and time), with the fixed text limits.
     pub fn of(config: &crate::config::SqlConfig) -> Self {
         Self {
@@ -110,33 +108,54 @@ pub async fn plan_statement(
     limits: SqlLimits,
     referenced: &Referenced,
 ) -> Result<PlannedStatement> {
-    check_length(sql, limits)?;
     let params = params.map(param_values).transpose()?;
-    let access = StatementAccess::new(Arc::clone(state), principal.clone(), Arc::clone(referenced));
-    let session = statement_session(state, Arc::clone(&access), limits)?;
-    let sql = sql.to_owned();
-    let planning = {
-        let (session, access) = (session.clone(), Arc::clone(&access));
-        // Parsing, planning and (when refused) dropping a tree recurse once per level:
-        // on a stack of their own. Table resolution inside is synchronous work.
-        tokio::task::spawn_blocking(move || {
-            stacker::grow(PARSE_STACK, || {
-                futures::executor::block_on(plan_bounded(&session, &access, &sql, params, limits))
-            })
-        })
-    };
-    let planned = tokio::time::timeout(limits.timeout, planning)
-        .await
-        .map_err(|_| timed_out(limits))?
-        .map_err(|e| GatewayError::Internal(format!("SQL planning task failed: {e}")))??;
-    let schema = planned.schema();
+    let (access, session) = begin(state, principal, sql, limits, referenced)?;
+    let (sql, planning, resolver) = (sql.to_owned(), session.clone(), Arc::clone(&access));
+    let plan = on_planning_stack(limits, move || {
+        futures::executor::block_on(plan_bounded(&planning, &resolver, &sql, params, limits))
+    })
+    .await?;
     Ok(PlannedStatement {
-        plan: planned,
-        schema,
+        schema: plan.schema(),
+        plan,
         touched: access.touched(),
         session,
         limits,
     })
+}
+
+/// Checks the statement's length, and makes its access to the store and its session.
+fn begin(
+    state: &Arc<GatewayState>,
+    principal: &Principal,
+    sql: &str,
+    limits: SqlLimits,
+    referenced: &Referenced,
+) -> Result<(Arc<StatementAccess>, SessionState)> {
+    if sql.len() > limits.max_bytes {
+        return Err(GatewayError::InvalidArgument(format!(
+            "SQL: the statement is {} bytes long; the limit is {} bytes",
+            sql.len(),
+            limits.max_bytes
+        )));
+    }
+    let access = StatementAccess::new(Arc::clone(state), principal.clone(), Arc::clone(referenced));
+    let session = statement_session(state, Arc::clone(&access), limits)?;
+    Ok((access, session))
+}
+
+/// Runs `work` (parsing and planning, which recurse once per level, and dropping a
+/// refused tree) on a stack of its own, within the statement's time limit. Table
+/// resolution inside is synchronous work, so `work` may block on it.
+async fn on_planning_stack<T: Send + 'static>(
+    limits: SqlLimits,
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let planning = tokio::task::spawn_blocking(move || stacker::grow(PARSE_STACK, work));
+    tokio::time::timeout(limits.timeout, planning)
+        .await
+        .map_err(|_| timed_out(limits))?
+        .map_err(|e| GatewayError::Internal(format!("SQL planning task failed: {e}")))?
 }
 
 /// A statement described without running it: what `CreatePreparedStatement` returns.
@@ -158,65 +177,46 @@ pub async fn describe_statement(
     limits: SqlLimits,
     referenced: &Referenced,
 ) -> Result<DescribedStatement> {
-    check_length(sql, limits)?;
-    let access = StatementAccess::new(Arc::clone(state), principal.clone(), Arc::clone(referenced));
-    let session = statement_session(state, Arc::clone(&access), limits)?;
-    let sql = sql.to_owned();
-    let resolver = Arc::clone(&access);
-    let planning = tokio::task::spawn_blocking(move || {
-        stacker::grow(PARSE_STACK, || {
-            futures::executor::block_on(async {
-                let plan = logical_plan(&session, &resolver, &sql, limits).await?;
-                let mut parameters: Vec<(usize, arrow_schema::Field)> = plan
-                    .get_parameter_fields()
+    let (access, session) = begin(state, principal, sql, limits, referenced)?;
+    let (sql, resolver) = (sql.to_owned(), Arc::clone(&access));
+    let (dataset, parameters) = on_planning_stack(limits, move || {
+        futures::executor::block_on(async {
+            let plan = logical_plan(&session, &resolver, &sql, limits).await?;
+            let mut parameters: Vec<(usize, arrow_schema::Field)> = plan
+                .get_parameter_fields()
+                .map_err(|e| statement_error(e, limits))?
+                .into_iter()
+                .map(|(id, field)| {
+                    let position = id.trim_start_matches('$').parse::<usize>().unwrap_or(0);
+                    let data_type = field
+                        .map(|f| f.data_type().clone())
+                        .unwrap_or(arrow_schema::DataType::Null);
+                    (position, arrow_schema::Field::new(id, data_type, true))
+                })
+                .collect();
+            parameters.sort_by_key(|(position, _)| *position);
+            // Without placeholders the physical plan's schema is the one DoGet streams.
+            let dataset: SchemaRef = if parameters.is_empty() {
+                session
+                    .create_physical_plan(&plan)
+                    .await
                     .map_err(|e| statement_error(e, limits))?
-                    .into_iter()
-                    .map(|(id, field)| {
-                        let position = id.trim_start_matches('$').parse::<usize>().unwrap_or(0);
-                        let data_type = field
-                            .map(|f| f.data_type().clone())
-                            .unwrap_or(arrow_schema::DataType::Null);
-                        (position, arrow_schema::Field::new(id, data_type, true))
-                    })
-                    .collect();
-                parameters.sort_by_key(|(position, _)| *position);
-                // Without placeholders the physical plan's schema is the one DoGet streams.
-                let dataset: SchemaRef = if parameters.is_empty() {
-                    session
-                        .create_physical_plan(&plan)
-                        .await
-                        .map_err(|e| statement_error(e, limits))?
-                        .schema()
-                } else {
-                    Arc::new(plan.schema().as_arrow().clone())
-                };
-                let parameters = arrow_schema::Schema::new(
-                    parameters.into_iter().map(|(_, f)| f).collect::<Vec<_>>(),
-                );
-                Ok::<_, GatewayError>((dataset, Arc::new(parameters)))
-            })
+                    .schema()
+            } else {
+                Arc::new(plan.schema().as_arrow().clone())
+            };
+            let parameters = arrow_schema::Schema::new(
+                parameters.into_iter().map(|(_, f)| f).collect::<Vec<_>>(),
+            );
+            Ok::<_, GatewayError>((dataset, Arc::new(parameters)))
         })
-    });
-    let (dataset, parameters) = tokio::time::timeout(limits.timeout, planning)
-        .await
-        .map_err(|_| timed_out(limits))?
-        .map_err(|e| GatewayError::Internal(format!("SQL planning task failed: {e}")))??;
+    })
+    .await?;
     Ok(DescribedStatement {
         dataset,
         parameters,
         touched: access.touched(),
     })
-}
-
-fn check_length(sql: &str, limits: SqlLimits) -> Result<()> {
-    if sql.len() > limits.max_bytes {
-        return Err(GatewayError::InvalidArgument(format!(
-            "SQL: the statement is {} bytes long; the limit is {} bytes",
-            sql.len(),
-            limits.max_bytes
-        )));
-    }
-    Ok(())
 }
 
 impl PlannedStatement {
@@ -373,14 +373,10 @@ fn parse_query(sql: &str, limits: SqlLimits) -> Result<DfStatement> {
         depth: 0,
         limit: limits.max_depth,
     };
-    if let ControlFlow::Break(()) = statement_visit(inner, &mut depth) {
+    if let ControlFlow::Break(()) = inner.visit(&mut depth) {
         return Err(too_deep(limits));
     }
     Ok(statement)
-}
-
-fn statement_visit(statement: &sqlparser::ast::Statement, v: &mut SyntaxDepth) -> ControlFlow<()> {
-    statement.visit(v)
 }
 
 /// Whether a query writes: `SELECT … INTO` anywhere in it.

@@ -30,7 +30,7 @@ use hotgate_policy::SecureView;
 use hotgate_store::HotTable;
 
 use crate::deletion::Suppression;
-use crate::planner::{HotTableProvider, TierChoice};
+use crate::planner::{HotTableProvider, TierChoice, secure_view};
 
 /// One table reference of a statement: `table` as `view` shows it.
 #[derive(Debug)]
@@ -77,17 +77,8 @@ impl ViewTable {
             self.tiers.cold.clone(),
         );
         let name = self.table.def().name().to_string();
-        let mut plan =
-            LogicalPlanBuilder::scan(name, provider_as_source(Arc::new(provider)), None)?;
-        // Rows of pending deletion requests are gone for every reader: on the raw rows,
-        // below masks and policies.
-        if let Some(suppression) = &self.suppression {
-            plan = plan.filter(suppression.keep_expr())?;
-        }
-        if let Some(row_filter) = self.view.row_filter() {
-            plan = plan.filter(row_filter.clone())?;
-        }
-        plan = plan.project(self.view.projection().to_vec())?;
+        let raw = LogicalPlanBuilder::scan(name, provider_as_source(Arc::new(provider)), None)?;
+        let mut plan = secure_view(raw, &self.view, self.suppression.as_ref())?;
         if let Some(projection) = projection {
             let fields = self.schema.fields();
             // A statement that needs no column (`count(*)`) still needs the rows: the

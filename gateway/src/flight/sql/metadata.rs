@@ -18,7 +18,7 @@ use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Tic
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use hotgate_policy::{Principal, Privilege};
+use hotgate_policy::Principal;
 use hotgate_store::HotTable;
 use tonic::{Request, Status};
 
@@ -97,11 +97,11 @@ pub(super) async fn do_get(
     principal: Principal,
     request: Request<Ticket>,
     what: &str,
-    batch: impl std::future::Future<Output = Result<RecordBatch>>,
+    batch: Result<RecordBatch>,
 ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
     let mut audit = new_audit(state, &principal, request.remote_addr(), "sql_metadata");
     audit.set_reason(format!("Flight SQL {what}"));
-    let batch = match batch.await {
+    let batch = match batch {
         Ok(b) => b,
         Err(e) => {
             audit.deny(&e).await;
@@ -118,28 +118,9 @@ pub(super) async fn do_get(
         .boxed())
 }
 
-/// The tables the caller may list, with their view schema (empty when the caller may
-/// list but not read the table).
+/// The tables the caller may list, with their view schema, in name order.
 fn listed(state: &GatewayState, principal: &Principal) -> Vec<(Arc<HotTable>, SchemaRef)> {
-    let governance = &state.governance;
-    let mut tables: Vec<_> = state
-        .store
-        .tables()
-        .into_iter()
-        .filter(|t| {
-            governance
-                .authorize_table(principal, Privilege::TableList, t.def().name())
-                .is_ok()
-        })
-        .map(|t| {
-            let schema = governance
-                .authorize_table(principal, Privilege::TableReadData, t.def().name())
-                .and_then(|()| governance.view(principal, &t))
-                .map(|v| Arc::clone(v.schema()))
-                .unwrap_or_else(|_| Arc::new(Schema::empty()));
-            (t, schema)
-        })
-        .collect();
+    let mut tables = state.governance.listed(principal, state.store.tables());
     tables.sort_by_key(|(t, _)| t.def().name().to_string());
     tables
 }

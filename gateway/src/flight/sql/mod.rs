@@ -35,8 +35,8 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use crate::state::GatewayState;
-pub(super) use prepared::{PreparedStatements, bind_parameters};
-pub(super) use running::RunningStatements;
+use prepared::PreparedStatements;
+use running::RunningStatements;
 
 /// The type URLs of Flight SQL's messages share this prefix.
 const FLIGHT_SQL_TYPE_PREFIX: &str = "type.googleapis.com/arrow.flight.protocol.sql.";
@@ -67,16 +67,84 @@ pub(super) struct SqlService {
 }
 
 impl SqlService {
-    pub(super) fn new(
-        state: Arc<GatewayState>,
-        prepared: Arc<PreparedStatements>,
-        running: Arc<RunningStatements>,
-    ) -> Self {
+    /// `GetFlightInfo` of a metadata command: its answer's schema, and a ticket that is
+    /// the command itself.
+    async fn metadata_info<M: arrow_flight::sql::ProstMessageExt>(
+        &self,
+        request: Request<FlightDescriptor>,
+        query: &M,
+        schema: crate::error::Result<arrow_schema::SchemaRef>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let ticket = query.as_ticket();
+        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
+            metadata::info(r.into_inner(), schema?.as_ref(), ticket)
+        })
+        .await
+    }
+
+    /// `DoGet` of a metadata command: `what` answered as `answer` makes it for the caller.
+    async fn metadata_get(
+        &self,
+        request: Request<Ticket>,
+        what: &'static str,
+        answer: impl FnOnce(
+            &hotgate_policy::Principal,
+        ) -> crate::error::Result<arrow_array::RecordBatch>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
+            let batch = answer(&p);
+            metadata::do_get(&self.state, p, r, what, batch)
+        })
+        .await
+    }
+
+    pub(super) fn new(state: Arc<GatewayState>) -> Self {
         Self {
+            prepared: Arc::new(PreparedStatements::new(state.sql.prepared_idle)),
+            running: Arc::new(RunningStatements::new(state.sql.statement_timeout)),
             state,
-            prepared,
-            running,
         }
+    }
+
+    /// DoPut of `CommandPreparedStatementQuery`: see [`prepared::bind_parameters`].
+    pub(super) async fn bind_parameters(
+        &self,
+        principal: &hotgate_policy::Principal,
+        query: arrow_flight::sql::CommandPreparedStatementQuery,
+        first: FlightData,
+        input: tonic::Streaming<FlightData>,
+    ) -> crate::error::Result<
+        futures::stream::BoxStream<'static, Result<arrow_flight::PutResult, Status>>,
+    > {
+        prepared::bind_parameters(&self.prepared, principal, query, first, input).await
+    }
+
+    /// `CancelFlightInfo`: cancels the statement runs the info's tickets name.
+    pub(super) fn cancel_flight_info(
+        &self,
+        principal: &hotgate_policy::Principal,
+        request: &arrow_flight::CancelFlightInfoRequest,
+    ) -> crate::error::Result<arrow_flight::CancelStatus> {
+        use crate::error::GatewayError;
+        let info = request.info.as_ref().ok_or_else(|| {
+            GatewayError::InvalidArgument(
+                "CancelFlightInfo: the request holds no FlightInfo".into(),
+            )
+        })?;
+        let ids: Vec<String> = info
+            .endpoint
+            .iter()
+            .filter_map(|e| e.ticket.as_ref())
+            .filter_map(|t| statement::run_id_of_ticket(&t.ticket))
+            .collect();
+        if ids.is_empty() {
+            return Err(GatewayError::InvalidArgument(
+                "CancelFlightInfo: the FlightInfo names no statement of this server; only \
+                 Flight SQL statements can be cancelled"
+                    .into(),
+            ));
+        }
+        self.running.cancel(principal, &ids)
     }
 }
 
@@ -166,11 +234,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            let schema = metadata::sql_info_data()?.schema();
-            metadata::info(r.into_inner(), &schema, query.as_ticket())
-        })
-        .await
+        let schema = metadata::sql_info_data().map(|d| d.schema());
+        self.metadata_info(request, &query, schema).await
     }
 
     async fn do_get_sql_info(
@@ -178,11 +243,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetSqlInfo,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            metadata::do_get(&self.state, p, r, "sql_info", async move {
-                let data = metadata::sql_info_data()?;
-                Ok(query.into_builder(&data).build()?)
-            })
+        self.metadata_get(request, "sql_info", |_| {
+            Ok(query.into_builder(&metadata::sql_info_data()?).build()?)
         })
         .await
     }
@@ -192,11 +254,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            let schema = query.into_builder().schema();
-            metadata::info(r.into_inner(), &schema, query.as_ticket())
-        })
-        .await
+        let schema = query.into_builder().schema();
+        self.metadata_info(request, &query, Ok(schema)).await
     }
 
     async fn do_get_catalogs(
@@ -204,12 +263,10 @@ impl FlightSqlService for SqlService {
         query: CommandGetCatalogs,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            metadata::do_get(&self.state, p, r, "catalogs", async move {
-                let mut builder = query.into_builder();
-                builder.append(crate::sql::CATALOG);
-                Ok(builder.build()?)
-            })
+        self.metadata_get(request, "catalogs", |_| {
+            let mut builder = query.into_builder();
+            builder.append(crate::sql::CATALOG);
+            Ok(builder.build()?)
         })
         .await
     }
@@ -219,11 +276,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            let schema = query.clone().into_builder().schema();
-            metadata::info(r.into_inner(), &schema, query.as_ticket())
-        })
-        .await
+        let schema = query.clone().into_builder().schema();
+        self.metadata_info(request, &query, Ok(schema)).await
     }
 
     async fn do_get_schemas(
@@ -231,9 +285,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetDbSchemas,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            let batch = metadata::db_schemas(&self.state, &p, query);
-            metadata::do_get(&self.state, p, r, "db_schemas", async move { batch })
+        self.metadata_get(request, "db_schemas", |p| {
+            metadata::db_schemas(&self.state, p, query)
         })
         .await
     }
@@ -243,11 +296,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            let schema = query.clone().into_builder().schema();
-            metadata::info(r.into_inner(), &schema, query.as_ticket())
-        })
-        .await
+        let schema = query.clone().into_builder().schema();
+        self.metadata_info(request, &query, Ok(schema)).await
     }
 
     async fn do_get_tables(
@@ -255,9 +305,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetTables,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            let batch = metadata::tables(&self.state, &p, query);
-            metadata::do_get(&self.state, p, r, "tables", async move { batch })
+        self.metadata_get(request, "tables", |p| {
+            metadata::tables(&self.state, p, query)
         })
         .await
     }
@@ -267,11 +316,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            let schema = query.into_builder().schema();
-            metadata::info(r.into_inner(), &schema, query.as_ticket())
-        })
-        .await
+        let schema = query.into_builder().schema();
+        self.metadata_info(request, &query, Ok(schema)).await
     }
 
     async fn do_get_table_types(
@@ -279,12 +325,10 @@ impl FlightSqlService for SqlService {
         query: CommandGetTableTypes,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            metadata::do_get(&self.state, p, r, "table_types", async move {
-                let mut builder = query.into_builder();
-                builder.append(metadata::TABLE_TYPE);
-                Ok(builder.build()?)
-            })
+        self.metadata_get(request, "table_types", |_| {
+            let mut builder = query.into_builder();
+            builder.append(metadata::TABLE_TYPE);
+            Ok(builder.build()?)
         })
         .await
     }
@@ -294,14 +338,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        super::call::serve(&self.state, "sql_flight_info", request, |_, r| async move {
-            metadata::info(
-                r.into_inner(),
-                &metadata::primary_keys_schema(),
-                query.as_ticket(),
-            )
-        })
-        .await
+        let schema = Arc::new(metadata::primary_keys_schema());
+        self.metadata_info(request, &query, Ok(schema)).await
     }
 
     async fn do_get_primary_keys(
@@ -309,40 +347,13 @@ impl FlightSqlService for SqlService {
         query: CommandGetPrimaryKeys,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        super::call::serve(&self.state, "sql_metadata", request, |p, r| {
-            let batch = metadata::primary_keys(&self.state, &p, query);
-            metadata::do_get(&self.state, p, r, "primary_keys", async move { batch })
+        self.metadata_get(request, "primary_keys", |p| {
+            metadata::primary_keys(&self.state, p, query)
         })
         .await
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
-}
-
-/// `CancelFlightInfo`: cancels the statement runs the info's tickets name.
-pub(super) fn cancel_flight_info(
-    running: &RunningStatements,
-    principal: &hotgate_policy::Principal,
-    request: &arrow_flight::CancelFlightInfoRequest,
-) -> crate::error::Result<arrow_flight::CancelStatus> {
-    use crate::error::GatewayError;
-    let info = request.info.as_ref().ok_or_else(|| {
-        GatewayError::InvalidArgument("CancelFlightInfo: the request holds no FlightInfo".into())
-    })?;
-    let ids: Vec<String> = info
-        .endpoint
-        .iter()
-        .filter_map(|e| e.ticket.as_ref())
-        .filter_map(|t| statement::run_id_of_ticket(&t.ticket))
-        .collect();
-    if ids.is_empty() {
-        return Err(GatewayError::InvalidArgument(
-            "CancelFlightInfo: the FlightInfo names no statement of this server; only Flight \
-             SQL statements can be cancelled"
-                .into(),
-        ));
-    }
-    running.cancel(principal, &ids)
 }
 
 /// A command as the ticket of its own `DoGet` (how the metadata commands are answered).

@@ -44,13 +44,13 @@ struct Prepared {
 
 /// The prepared statements of the server.
 #[derive(Debug)]
-pub(in crate::flight) struct PreparedStatements {
+pub(super) struct PreparedStatements {
     entries: Mutex<HashMap<Vec<u8>, Prepared>>,
     idle: Duration,
 }
 
 impl PreparedStatements {
-    pub(in crate::flight) fn new(idle: Duration) -> Self {
+    pub(super) fn new(idle: Duration) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
             idle,
@@ -154,13 +154,7 @@ pub(super) async fn create(
             return Err(e);
         }
     };
-    audit.set_tables(
-        described
-            .touched
-            .iter()
-            .map(|t| (&t.name, t.view.as_ref(), t.tiers)),
-        &described.dataset,
-    );
+    super::statement::record_tables(&mut audit, &described.touched, &described.dataset);
     audit.allow_once().await?;
     let handle = prepared.insert(&principal, query.query)?;
     Ok(ActionCreatePreparedStatementResult {
@@ -177,7 +171,7 @@ fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes> {
 
 /// DoPut of `CommandPreparedStatementQuery`: binds the parameters sent (one row, one
 /// column per parameter) to the caller's prepared statement, for its next executions.
-pub(in crate::flight) async fn bind_parameters(
+pub(super) async fn bind_parameters(
     prepared: &PreparedStatements,
     principal: &Principal,
     query: CommandPreparedStatementQuery,

@@ -22,7 +22,7 @@ struct Run {
 
 /// The runs of the server that may still be cancelled.
 #[derive(Debug)]
-pub(in crate::flight) struct RunningStatements {
+pub(super) struct RunningStatements {
     runs: Mutex<HashMap<String, Run>>,
     /// How long an id stays cancellable: the statement time limit, and some slack for
     /// the client to start its `DoGet`.
@@ -30,7 +30,7 @@ pub(in crate::flight) struct RunningStatements {
 }
 
 impl RunningStatements {
-    pub(in crate::flight) fn new(statement_timeout: Duration) -> Self {
+    pub(super) fn new(statement_timeout: Duration) -> Self {
         Self {
             runs: Mutex::new(HashMap::new()),
             lifetime: statement_timeout.saturating_add(Duration::from_secs(600)),

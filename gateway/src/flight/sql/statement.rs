@@ -12,6 +12,7 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
 use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_schema::Schema;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use hotgate_policy::Principal;
@@ -24,7 +25,7 @@ use super::super::read::send_read;
 use super::running::RunningStatements;
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result, catch_panic};
-use crate::sql::{PlannedStatement, plan_statement};
+use crate::sql::{PlannedStatement, Touched, plan_statement};
 use crate::state::GatewayState;
 
 /// What a statement ticket's handle holds: the run's id (for `CancelFlightInfo`) and
@@ -107,14 +108,17 @@ async fn plan(
             return Err(e);
         }
     };
-    audit.set_tables(
-        planned
-            .touched
-            .iter()
-            .map(|t| (&t.name, t.view.as_ref(), t.tiers)),
-        &planned.schema,
-    );
+    record_tables(audit, &planned.touched, &planned.schema);
     Ok(planned)
+}
+
+/// Puts the tables a statement reads, with the caller's view of each, and the columns
+/// it returns on its record.
+pub(super) fn record_tables(audit: &mut CallAudit, touched: &[Touched], returned: &Schema) {
+    audit.set_tables(
+        touched.iter().map(|t| (&t.name, t.view.as_ref(), t.tiers)),
+        returned,
+    );
 }
 
 /// `GetFlightInfo` of a statement: its schema and the one endpoint that runs it. A
