@@ -11,10 +11,13 @@
 //! - `lookup`: primary-key lookups against Redis; `recovery`: primary-key state open
 //!   and rebuild times;
 //! - `tiering`: conversion against the raw parquet writer, a simulated day of tiering;
-//! - `deletion`: a compliance deletion on a large table, accepted to verified.
+//! - `deletion`: a compliance deletion on a large table, accepted to verified;
+//! - `aggregate`: a Flight SQL `GROUP BY` over both tiers against DataFusion reading
+//!   the same files directly.
 
 use clap::{Parser, Subcommand};
 
+mod aggregate;
 mod bare_flight;
 mod deletion;
 mod gateway;
@@ -75,6 +78,15 @@ enum Bench {
         #[arg(long, env = "HOTGATE_BENCH_DELETION_MB", default_value_t = 2048)]
         mb: u64,
     },
+    /// A Flight SQL `GROUP BY` over both tiers against DataFusion on the same files.
+    Aggregate {
+        /// Rows written and tiered first (the cold tier).
+        #[arg(long, env = "HOTGATE_BENCH_COLD_ROWS", default_value_t = 8_000_000)]
+        cold_rows: usize,
+        /// Rows written after, left in the hot tier.
+        #[arg(long, env = "HOTGATE_BENCH_HOT_ROWS", default_value_t = 4_000_000)]
+        hot_rows: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -101,6 +113,10 @@ fn main() -> std::process::ExitCode {
             runtime.block_on(tiering::tiering(day_secs, day_rows))
         }
         Bench::Deletion { mb } => runtime.block_on(deletion::deletion(mb)),
+        Bench::Aggregate {
+            cold_rows,
+            hot_rows,
+        } => runtime.block_on(aggregate::aggregate(cold_rows, hot_rows)),
     };
     match run {
         Ok(()) => std::process::ExitCode::SUCCESS,

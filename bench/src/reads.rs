@@ -1,7 +1,8 @@
 //! `hotgate-bench reads` (the default): end-to-end freshness, Flight read throughput
 //! against a bare arrow-flight server serving the same batches from memory, governed
 //! against admin reads, the per-call cost of authorization, and the audit's cost; and
-//! the Flight SQL path against the JSON ticket and the bare server (`crate::sql`).
+//! the Flight SQL path against the JSON ticket and the bare server, from Rust and
+//! through the ADBC driver from Python (`crate::sql`).
 //!
 //! - Freshness: each row carries `produced_at`, set by the producer just before it
 //!   sends the batch over a long-lived DoPut; a follow-mode changelog DoGet records when
@@ -395,6 +396,7 @@ async fn audit_cost(on: &Gateway) -> BenchResult<()> {
 
 /// hotgate against the bare Flight server, 5 and 50 of 50 columns.
 async fn against_bare_flight(
+    gateway: &Gateway,
     client: &mut FlightServiceClient<Channel>,
     token: &str,
 ) -> BenchResult<()> {
@@ -424,7 +426,9 @@ async fn against_bare_flight(
     }
     summary.insert("bench".into(), "flight_read_summary".into());
     println!("{}", serde_json::Value::Object(summary));
-    crate::sql::sql_against_json(client, &mut bare_client, token, WIDE_COLUMNS, READ_RUNS).await
+    crate::sql::sql_against_json(client, &mut bare_client, token, WIDE_COLUMNS, READ_RUNS).await?;
+    let hotgate = gateway.flight_addr();
+    crate::sql::adbc_against_json(hotgate, bare_addr, token, WIDE_COLUMNS, READ_RUNS).await
 }
 
 /// Governed (one row filter, two masks) against admin (no policy), same data.
@@ -502,7 +506,7 @@ pub(crate) async fn reads(rate: f64) -> BenchResult<()> {
         wide_batches(),
     )
     .await?;
-    against_bare_flight(&mut client, &gateway.token).await?;
+    against_bare_flight(&gateway, &mut client, &gateway.token).await?;
     governed_against_admin(&gateway, &mut client).await?;
     println!("{}", authorization_cost(gateway.data_dir()).await?);
     audit_cost(&gateway).await?;

@@ -1,10 +1,13 @@
 //! Part of `hotgate-bench reads`: the Flight SQL path against the JSON-ticket path and
 //! the bare Flight server, over the same wide table: `SELECT <columns> FROM bench.wide`
 //! through `GetFlightInfo` + `DoGet` (what ADBC and JDBC send, on the wire), against
-//! the JSON scan ticket of the same columns, 5 and 50 of 50 columns.
+//! the JSON scan ticket of the same columns, 5 and 50 of 50 columns; and the same
+//! fetches through the ADBC driver from Python (`python/adbc_fetch.py`).
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
+use arrow_array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
@@ -35,6 +38,30 @@ async fn sql_once(
     sql: &str,
 ) -> BenchResult<(f64, usize)> {
     let started = Instant::now();
+    let mut rows = 0;
+    sql_fetch(client, token, sql, |b| rows += b.num_rows()).await?;
+    Ok((started.elapsed().as_secs_f64(), rows))
+}
+
+/// One Flight SQL statement's answer.
+pub(crate) async fn sql_batches(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    sql: &str,
+) -> BenchResult<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    sql_fetch(client, token, sql, |b| batches.push(b)).await?;
+    Ok(batches)
+}
+
+/// Plans `sql` with `GetFlightInfo` and fetches every endpoint with `DoGet` (what ADBC
+/// and JDBC send, on the wire), handing each batch to `on_batch`.
+async fn sql_fetch(
+    client: &mut FlightServiceClient<Channel>,
+    token: &str,
+    sql: &str,
+    mut on_batch: impl FnMut(RecordBatch),
+) -> BenchResult<()> {
     let command = CommandStatementQuery {
         query: sql.to_owned(),
         transaction_id: None,
@@ -44,7 +71,6 @@ async fn sql_once(
         .get_flight_info(with_token(descriptor, token))
         .await?
         .into_inner();
-    let mut rows = 0;
     for endpoint in &info.endpoint {
         let ticket: Ticket = endpoint
             .ticket
@@ -57,10 +83,10 @@ async fn sql_once(
             .map_err(|s| FlightError::Tonic(Box::new(s)));
         let mut batches = FlightRecordBatchStream::new_from_flight_data(data);
         while let Some(b) = batches.next().await {
-            rows += b?.num_rows();
+            on_batch(b?);
         }
     }
-    Ok((started.elapsed().as_secs_f64(), rows))
+    Ok(())
 }
 
 /// Median seconds of `runs` reads through each path, interleaved, and their rows.
@@ -119,5 +145,54 @@ pub(crate) async fn sql_against_json(
     summary.insert("bench".into(), "sql_read_summary".into());
     summary.insert("target_sql_over_json".into(), 0.9.into());
     println!("{}", serde_json::Value::Object(summary));
+    Ok(())
+}
+
+/// The same fetches from Python through real clients from PyPI (`bench/python/
+/// adbc_fetch.py`: the ADBC Flight SQL driver against pyarrow.flight's JSON ticket and
+/// the bare server), in the venv `scripts/setup` makes (or `HOTGATE_BENCH_PYTHON`).
+/// Its JSON lines are passed through.
+pub(crate) async fn adbc_against_json(
+    hotgate: SocketAddr,
+    bare: SocketAddr,
+    token: &str,
+    of: usize,
+    runs: usize,
+) -> BenchResult<()> {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var_os("HOTGATE_BENCH_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate_dir.join("../.venv/bin/python"));
+    if !python.exists() {
+        return Err(format!(
+            "no Python client venv at {} (scripts/setup makes it; or set HOTGATE_BENCH_PYTHON)",
+            python.display()
+        )
+        .into());
+    }
+    let columns: Vec<Vec<String>> = [5usize, of].iter().map(|&n| wide_columns(n, of)).collect();
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(crate_dir.join("python/adbc_fetch.py"))
+        .args([
+            "--hotgate",
+            &hotgate.to_string(),
+            "--bare",
+            &bare.to_string(),
+        ])
+        .args(["--of", &of.to_string(), "--runs", &runs.to_string()])
+        .env("HOTGATE_BENCH_TOKEN", token)
+        .arg("--columns")
+        .arg(serde_json::to_string(&columns)?);
+    let output = tokio::task::spawn_blocking(move || command.output()).await??;
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    if !output.status.success() {
+        return Err(format!(
+            "adbc_fetch.py failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
     Ok(())
 }
