@@ -3,6 +3,9 @@ one process, interleaved:
 
 - `adbc`: the ADBC Flight SQL driver (DB-API), `SELECT <columns> FROM bench.wide`,
   `cursor.execute` then `fetch_arrow_table` on one open connection;
+- `flight_sql_pyarrow`: the same statement as a Flight SQL command sent by
+  pyarrow.flight (`GetFlightInfo`, then `DoGet` of each endpoint): hotgate's SQL path
+  without the driver, which tells the driver's share;
 - `json_ticket`: pyarrow.flight's DoGet of hotgate's JSON ticket of the same columns;
 - `bare_flight`: the same ticket from the bench's bare arrow-flight server.
 
@@ -21,6 +24,24 @@ import time
 import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow.flight as flight
 from adbc_driver_flightsql import DatabaseOptions
+
+
+def _field(number, payload):
+    """A protobuf length-delimited field (wire type 2)."""
+    key, length, out = (number << 3) | 2, len(payload), bytearray()
+    out.append(key)
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            return bytes(out) + payload
+
+
+def statement_command(sql):
+    """`Any(CommandStatementQuery{query})`, the descriptor ADBC sends for a statement."""
+    query = _field(1, sql.encode())
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
+    return _field(1, type_url) + _field(2, query)
 
 
 def main():
@@ -44,7 +65,8 @@ def main():
         for names in json.loads(args.columns):
             sql = "SELECT {} FROM bench.wide".format(", ".join(f'"{c}"' for c in names))
             ticket = flight.Ticket(json.dumps({"table": "bench.wide", "columns": names}))
-            secs = {"adbc": [], "json_ticket": [], "bare_flight": []}
+            command = flight.FlightDescriptor.for_command(statement_command(sql))
+            secs = {"adbc": [], "flight_sql_pyarrow": [], "json_ticket": [], "bare_flight": []}
             rows = {}
             # One unmeasured round warms each path's connection.
             for run in range(args.runs + 1):
@@ -53,6 +75,12 @@ def main():
                     cur.execute(sql)
                     rows["adbc"] = cur.fetch_arrow_table().num_rows
                 took = {"adbc": time.perf_counter() - started}
+                started = time.perf_counter()
+                info = ours.get_flight_info(command, options)
+                rows["flight_sql_pyarrow"] = sum(
+                    ours.do_get(e.ticket, options).read_all().num_rows for e in info.endpoints
+                )
+                took["flight_sql_pyarrow"] = time.perf_counter() - started
                 started = time.perf_counter()
                 rows["json_ticket"] = ours.do_get(ticket, options).read_all().num_rows
                 took["json_ticket"] = time.perf_counter() - started
@@ -71,6 +99,9 @@ def main():
                                   "of": args.of, "rows": n, "median_s": m,
                                   "rows_per_s": n / m}))
             summary[f"adbc_over_json_{len(names)}_of_{args.of}"] = medians["json_ticket"] / medians["adbc"]
+            summary[f"flight_sql_pyarrow_over_json_{len(names)}_of_{args.of}"] = (
+                medians["json_ticket"] / medians["flight_sql_pyarrow"]
+            )
             summary[f"adbc_over_bare_{len(names)}_of_{args.of}"] = medians["bare_flight"] / medians["adbc"]
     print(json.dumps(summary), flush=True)
 

@@ -252,8 +252,11 @@ impl TableProvider for HotTableProvider {
             .map(|c| c.offsets.to_map())
             .unwrap_or_default();
         let parts = logs.len().clamp(1, MAX_PARTITIONS);
-        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::with_capacity(parts + 1);
-        if let Some(cold) = &self.cold {
+        let mut partitions: Vec<Arc<dyn PartitionStream>> =
+            Vec::with_capacity(parts + MAX_PARTITIONS);
+        // The cold files are split among partitions of their own, so that their
+        // decoding spreads over the cores like the hot logs'.
+        for (part, cold) in (0..MAX_PARTITIONS).flat_map(|p| self.cold.as_ref().map(|c| (p, c))) {
             partitions.push(Arc::new(ColdPartition {
                 cold: cold.clone(),
                 request: ColdScanRequest {
@@ -262,6 +265,7 @@ impl TableProvider for HotTableProvider {
                     since,
                     until,
                     filters: filters.iter().filter_map(cold_filter).collect(),
+                    part: Some((part, MAX_PARTITIONS)),
                 },
                 schema: Arc::clone(&projected),
                 buckets: self.buckets.clone(),
@@ -389,7 +393,8 @@ impl PartitionStream for StatePartition {
     }
 }
 
-/// The cold part of a union read: one snapshot scanned by iceberg-rust.
+/// The cold part of a union read: a share of one snapshot's files, scanned by
+/// iceberg-rust.
 #[derive(Debug)]
 struct ColdPartition {
     cold: ColdSnapshot,

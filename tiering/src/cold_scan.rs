@@ -9,7 +9,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::expr::{Bind, Predicate, Reference};
+use iceberg::scan::FileScanTask;
 use iceberg::spec::Datum;
 use iceberg::table::Table;
 
@@ -39,6 +41,10 @@ pub struct ColdScanRequest {
     /// Comparisons to prune with, ANDed. Pruning only: the caller still applies its
     /// filters to what comes back, so a filter that cannot be pushed is dropped.
     pub filters: Vec<ColdFilter>,
+    /// `(index, of)`: read only the snapshot's files whose place in path order is
+    /// `index` modulo `of`, so that `of` scans side by side read each file once. A
+    /// single scan's batches are decoded by whoever polls it, on one core.
+    pub part: Option<(usize, usize)>,
 }
 
 /// `column <op> value`: a comparison a cold scan can push down to Iceberg's manifest,
@@ -131,7 +137,27 @@ impl ColdSnapshot {
         if let Some(predicate) = predicate {
             builder = builder.with_filter(predicate);
         }
-        let stream = builder.build()?.to_arrow().await?;
+        let scan = builder.build()?;
+        let stream = match request.part {
+            None => scan.to_arrow().await?,
+            Some((index, of)) => {
+                let mut tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
+                // Planning reads manifests concurrently: its order is not stable.
+                tasks.sort_by(|a, b| {
+                    (&a.data_file_path, a.start).cmp(&(&b.data_file_path, b.start))
+                });
+                let mine: Vec<iceberg::Result<FileScanTask>> = tasks
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % of.max(1) == index)
+                    .map(|(_, task)| Ok(task))
+                    .collect();
+                ArrowReaderBuilder::new(self.table.file_io().clone(), iceberg::Runtime::current())
+                    .build()
+                    .read(futures::stream::iter(mine).boxed())?
+                    .stream()
+            }
+        };
         Ok(stream
             .map_err(TieringError::from)
             .and_then(move |batch| {
