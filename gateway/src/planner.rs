@@ -256,7 +256,8 @@ impl TableProvider for HotTableProvider {
             Vec::with_capacity(parts + MAX_PARTITIONS);
         // The cold files are split among partitions of their own, so that their
         // decoding spreads over the cores like the hot logs'.
-        for (part, cold) in (0..MAX_PARTITIONS).flat_map(|p| self.cold.as_ref().map(|c| (p, c))) {
+        let files = hotgate_tiering::ColdFiles::default();
+        for (index, cold) in (0..MAX_PARTITIONS).flat_map(|p| self.cold.as_ref().map(|c| (p, c))) {
             partitions.push(Arc::new(ColdPartition {
                 cold: cold.clone(),
                 request: ColdScanRequest {
@@ -265,7 +266,11 @@ impl TableProvider for HotTableProvider {
                     since,
                     until,
                     filters: filters.iter().filter_map(cold_filter).collect(),
-                    part: Some((part, MAX_PARTITIONS)),
+                    part: Some(hotgate_tiering::ColdPart {
+                        index,
+                        of: MAX_PARTITIONS,
+                        files: files.clone(),
+                    }),
                 },
                 schema: Arc::clone(&projected),
                 buckets: self.buckets.clone(),

@@ -41,11 +41,25 @@ pub struct ColdScanRequest {
     /// Comparisons to prune with, ANDed. Pruning only: the caller still applies its
     /// filters to what comes back, so a filter that cannot be pushed is dropped.
     pub filters: Vec<ColdFilter>,
-    /// `(index, of)`: read only the snapshot's files whose place in path order is
-    /// `index` modulo `of`, so that `of` scans side by side read each file once. A
-    /// single scan's batches are decoded by whoever polls it, on one core.
-    pub part: Option<(usize, usize)>,
+    /// Read only one share of the snapshot's files, so that several scans side by side
+    /// read each file once. A single scan's batches are decoded by whoever polls it,
+    /// on one core.
+    pub part: Option<ColdPart>,
 }
+
+/// One of `of` shares of a scan's files: those whose place in the file list is `index`
+/// modulo `of`. The parts of one scan share `files`, so the first of them to run plans
+/// the file list (manifests read, pruning applied) for all.
+#[derive(Debug, Clone, Default)]
+pub struct ColdPart {
+    pub index: usize,
+    pub of: usize,
+    pub files: ColdFiles,
+}
+
+/// A scan's planned file list, made once by whichever part needs it first.
+#[derive(Debug, Clone, Default)]
+pub struct ColdFiles(std::sync::Arc<tokio::sync::OnceCell<Vec<FileScanTask>>>);
 
 /// `column <op> value`: a comparison a cold scan can push down to Iceberg's manifest,
 /// row-group and row pruning.
@@ -138,19 +152,19 @@ impl ColdSnapshot {
             builder = builder.with_filter(predicate);
         }
         let scan = builder.build()?;
-        let stream = match request.part {
+        let stream = match &request.part {
             None => scan.to_arrow().await?,
-            Some((index, of)) => {
-                let mut tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
-                // Planning reads manifests concurrently: its order is not stable.
-                tasks.sort_by(|a, b| {
-                    (&a.data_file_path, a.start).cmp(&(&b.data_file_path, b.start))
-                });
-                let mine: Vec<iceberg::Result<FileScanTask>> = tasks
-                    .into_iter()
+            Some(part) => {
+                let files = part
+                    .files
+                    .0
+                    .get_or_try_init(|| async { scan.plan_files().await?.try_collect().await })
+                    .await?;
+                let mine: Vec<iceberg::Result<FileScanTask>> = files
+                    .iter()
                     .enumerate()
-                    .filter(|(i, _)| i % of.max(1) == index)
-                    .map(|(_, task)| Ok(task))
+                    .filter(|(i, _)| i % part.of.max(1) == part.index)
+                    .map(|(_, task)| Ok(task.clone()))
                     .collect();
                 ArrowReaderBuilder::new(self.table.file_io().clone(), iceberg::Runtime::current())
                     .build()

@@ -32,7 +32,9 @@ pub mod table_spec;
 pub mod tierer;
 
 pub use catalog::{Catalog, CatalogConfig};
-pub use cold_scan::{CmpOp, ColdFilter, ColdScanRequest, ColdSnapshot, ColdValue};
+pub use cold_scan::{
+    CmpOp, ColdFiles, ColdFilter, ColdPart, ColdScanRequest, ColdSnapshot, ColdValue,
+};
 pub use convert::RowSuppression;
 pub use cow::CowReport;
 pub use error::{ErrorKind, Result, TieringError};

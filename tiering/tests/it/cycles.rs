@@ -138,7 +138,7 @@ async fn cold_scans_push_comparisons_down_and_leave_out_what_does_not_bind() {
 
 #[tokio::test]
 async fn a_snapshot_scanned_in_parts_yields_each_row_once() {
-    use hotgate_tiering::ColdScanRequest;
+    use hotgate_tiering::{ColdFiles, ColdPart, ColdScanRequest};
 
     let f = fixture(4).await;
     // Two days × 4 buckets: up to 8 files, more than the parts.
@@ -151,9 +151,15 @@ async fn a_snapshot_scanned_in_parts_yields_each_row_once() {
     assert!(files > 3, "{files} files");
     let cold = f.tierer.cold_snapshot(f.def().name()).unwrap().unwrap();
     let mut all = Vec::new();
+    // The parts of one scan share its file list: planned once, by the first.
+    let shared = ColdFiles::default();
     for index in 0..3 {
         let part = ColdScanRequest {
-            part: Some((index, 3)),
+            part: Some(ColdPart {
+                index,
+                of: 3,
+                files: shared.clone(),
+            }),
             ..ColdScanRequest::default()
         };
         let ids = crate::common::scanned_ids(&cold, part).await;
@@ -164,7 +170,11 @@ async fn a_snapshot_scanned_in_parts_yields_each_row_once() {
     assert_eq!(all, (0..200).collect::<Vec<_>>());
     // A part past the files reads nothing, and is not an error.
     let beyond = ColdScanRequest {
-        part: Some((files, files + 1)),
+        part: Some(ColdPart {
+            index: files,
+            of: files + 1,
+            files: ColdFiles::default(),
+        }),
         ..ColdScanRequest::default()
     };
     assert!(crate::common::scanned_ids(&cold, beyond).await.is_empty());
