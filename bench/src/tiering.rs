@@ -255,7 +255,7 @@ async fn simulated_day(
         files_committed += last.files.len() as u64;
     }
     maintain().await?;
-    let status = tierer.status(&hot.def()).await?;
+    let status = tierer.status(&hot.def()).await;
     let table = tierer.catalog().load(hot.def().name()).await?;
     let (mut big_bytes, mut all_bytes) = (0u64, 0u64);
     for f in hotgate_tiering::files::live_data_files(&table).await? {

@@ -573,6 +573,61 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_comes_from_the_file_or_the_environment() {
+        use hotgate_tiering::CatalogConfig;
+        let c = load_ok(
+            None,
+            &[
+                ("HOTGATE_CATALOG_TYPE", "rest"),
+                ("HOTGATE_CATALOG_URI", "http://polaris:8181/api/catalog"),
+                ("HOTGATE_CATALOG_WAREHOUSE", "lake"),
+                ("HOTGATE_CATALOG_CREDENTIAL", "client:s3cret"),
+                ("HOTGATE_CATALOG_SCOPE", "PRINCIPAL_ROLE:ALL"),
+                ("HOTGATE_CATALOG_VENDED_CREDENTIALS", "true"),
+            ],
+        );
+        let Some(CatalogConfig::Rest(rest)) = &c.catalog else {
+            panic!("{:?}", c.catalog)
+        };
+        assert_eq!(rest.uri, "http://polaris:8181/api/catalog");
+        assert_eq!(rest.warehouse.as_deref(), Some("lake"));
+        assert_eq!(
+            rest.credential.as_ref().map(|s| s.expose()),
+            Some("client:s3cret")
+        );
+        assert_eq!(rest.scope, "PRINCIPAL_ROLE:ALL");
+        assert!(rest.vended_credentials);
+        assert_eq!(c.catalog_config().kind(), "rest");
+        // The secret never shows in the config's debug output.
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        let c = load_ok(
+            Some(
+                "[catalog]\ntype = \"sql\"\nuri = \"postgres://hotgate@db:5432/lake\"\nwarehouse = \"s3://lake/wh\"\n",
+            ),
+            &[],
+        );
+        assert_eq!(c.catalog_config().kind(), "postgres");
+        let c = load_ok(
+            Some("[catalog]\ntype = \"rest\"\nuri = \"http://c\"\ntoken_file = \"/run/token\"\n"),
+            &[],
+        );
+        let Some(CatalogConfig::Rest(rest)) = &c.catalog else {
+            panic!("{:?}", c.catalog)
+        };
+        assert_eq!(rest.token_file.as_deref(), Some(Path::new("/run/token")));
+        // A misspelt key is an error, not a silent default.
+        let err = load(
+            Some("[catalog]\ntype = \"rest\"\nuri = \"http://c\"\ncredentials = \"a:b\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("credentials"), "{err}");
+        assert!(load_ok(None, &[]).catalog_config().kind() == "sqlite");
+    }
+
+    #[test]
     fn every_variable_is_read_and_has_its_effect() {
         for (name, value, effect) in every_variable() {
             let c = load(None, &[(name, value)]).unwrap_or_else(|e| panic!("{name}={value}: {e}"));

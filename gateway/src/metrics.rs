@@ -4,6 +4,7 @@
 use parking_lot::Mutex;
 
 use hotgate_store::{MetricsSnapshot, Store};
+use hotgate_tiering::Catalog;
 
 use crate::deletion::{DeletionState, Deletions};
 use prometheus::core::Collector;
@@ -28,6 +29,7 @@ pub struct GatewayMetrics {
     deletions: IntGaugeVec,
     deletions_overdue: IntGauge,
     state_cache_bytes: IntGauge,
+    catalog_commits: IntCounterVec,
     /// The store snapshot last exported, so counters advance by the difference.
     last: Mutex<MetricsSnapshot>,
 }
@@ -105,6 +107,16 @@ impl GatewayMetrics {
                 "Memory held by the cached current rows of primary-key tables",
             ),
         );
+        let catalog_commits = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "hotgate_catalog_commits_total",
+                    "Commits to the Iceberg catalog by table and outcome (committed, conflict, failed)",
+                ),
+                &["table", "outcome"],
+            ),
+        );
         Self {
             put_rows: counter(
                 &registry,
@@ -140,13 +152,25 @@ impl GatewayMetrics {
             deletions,
             deletions_overdue,
             state_cache_bytes,
+            catalog_commits,
             last: Mutex::new(MetricsSnapshot::default()),
         }
     }
 
     /// The Prometheus text exposition, with the store's counters and the deletion
     /// gauges brought up to date.
-    pub fn render(&self, store: &Store, deletions: &Deletions) -> String {
+    pub fn render(&self, store: &Store, deletions: &Deletions, catalog: &Catalog) -> String {
+        for (table, stats) in catalog.all_commit_stats() {
+            let table = table.to_string();
+            for (outcome, count) in [
+                ("committed", stats.commits),
+                ("conflict", stats.conflicts),
+                ("failed", stats.failures),
+            ] {
+                let counter = self.catalog_commits.with_label_values(&[&table, outcome]);
+                counter.inc_by(count.saturating_sub(counter.get()));
+            }
+        }
         let (by_state, overdue) = deletions.counts();
         for state in DeletionState::ALL {
             self.deletions

@@ -12,6 +12,36 @@ FLIGHT = os.environ["HOTGATE_FLIGHT"]
 HTTP = os.environ["HOTGATE_HTTP"]
 
 
+def iceberg_catalog():
+    """The catalog hotgate tiers into, opened with pyiceberg: the REST catalog named by
+    HOTGATE_REST_URI (with HOTGATE_REST_WAREHOUSE and HOTGATE_REST_TOKEN) when set,
+    otherwise hotgate's embedded SQLite catalog in HOTGATE_DATA_DIR."""
+    if "HOTGATE_REST_URI" in os.environ:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(
+            "hotgate",
+            uri=os.environ["HOTGATE_REST_URI"],
+            warehouse=os.environ["HOTGATE_REST_WAREHOUSE"],
+            token=os.environ["HOTGATE_REST_TOKEN"],
+        )
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    data_dir = os.environ["HOTGATE_DATA_DIR"]
+    return SqlCatalog("hotgate", uri=f"sqlite:///{data_dir}/catalog.db", warehouse=f"file://{data_dir}/warehouse")
+
+
+def warehouse_dirs():
+    """The local directories that hold hotgate's files: the data dir, and the REST
+    catalog's warehouse when it is elsewhere."""
+    import pathlib
+
+    dirs = [pathlib.Path(os.environ["HOTGATE_DATA_DIR"])]
+    if "HOTGATE_REST_WAREHOUSE" in os.environ:
+        dirs.append(pathlib.Path(os.environ["HOTGATE_REST_WAREHOUSE"].removeprefix("file://")))
+    return dirs
+
+
 def options(token):
     return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
 

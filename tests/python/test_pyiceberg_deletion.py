@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 
 import hotgate_client
 from hotgate_client import FLIGHT
@@ -51,8 +50,7 @@ PROFILES = hotgate_client.table(
 START = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
 
 
-def catalog():
-    return SqlCatalog("hotgate", uri=f"sqlite:///{DATA_DIR}/catalog.db", warehouse=f"file://{DATA_DIR}/warehouse")
+catalog = hotgate_client.iceberg_catalog
 
 
 def do_put(client, command, table):
@@ -97,7 +95,7 @@ def files_holding(literal):
     decoded Parquet string values, contain `literal`."""
     needle = literal.encode()
     found = []
-    for path in DATA_DIR.rglob("*"):
+    for path in (p for d in hotgate_client.warehouse_dirs() for p in d.rglob("*")):
         if not path.is_file():
             continue
         try:

@@ -1,4 +1,5 @@
-"""pyiceberg reads what hotgate tiered: SqlCatalog on hotgate's own SQLite catalog file.
+"""pyiceberg reads what hotgate tiered: SqlCatalog on hotgate's own SQLite catalog file,
+or RestCatalog when the test runs hotgate against a REST catalog.
 
 The rows equal what was written, the partition spec is day/bucket, and pyiceberg's
 BucketTransform puts every sampled key in the bucket the hot tier acknowledged for it."""
@@ -9,7 +10,6 @@ import os
 import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.transforms import BucketTransform, DayTransform
 from pyiceberg.types import StringType
 
@@ -17,7 +17,6 @@ import hotgate_client
 from hotgate_client import FLIGHT
 
 TOKEN = os.environ["HOTGATE_TOKEN"]
-DATA_DIR = os.environ["HOTGATE_DATA_DIR"]
 
 CLICKS = hotgate_client.log_table(
     "lake.clicks", ["id int64!", "user_id string!", "email string #pii", "ts timestamp_us!"],
@@ -61,12 +60,7 @@ def test_pyiceberg_reads_the_tiered_table():
     assert status == 200, report
     assert report["records"] == len(written)
 
-    catalog = SqlCatalog(
-        "hotgate",
-        uri=f"sqlite:///{DATA_DIR}/catalog.db",
-        warehouse=f"file://{DATA_DIR}/warehouse",
-    )
-    table = catalog.load_table("lake.clicks")
+    table = catalog().load_table("lake.clicks")
     assert table.current_snapshot().snapshot_id == report["snapshot_id"]
 
     # The rows equal what was written.
@@ -101,12 +95,7 @@ def test_pyiceberg_reads_the_tiered_table():
         assert {bucket(u) for u in rows.column("user_id").to_pylist()} == {partition[1]}
 
 
-def catalog():
-    return SqlCatalog(
-        "hotgate",
-        uri=f"sqlite:///{DATA_DIR}/catalog.db",
-        warehouse=f"file://{DATA_DIR}/warehouse",
-    )
+catalog = hotgate_client.iceberg_catalog
 
 
 def test_pyiceberg_reads_compaction_and_an_added_column():

@@ -2,6 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+/// How many files under `dir` have names ending with `suffix`.
+pub fn count_files(dir: &Path, suffix: &str) -> usize {
+    all_files(dir)
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .count()
+}
+
 /// Every file under `dir`, sorted (none when `dir` does not exist).
 pub fn all_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

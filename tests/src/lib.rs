@@ -1,6 +1,7 @@
 //! hotgate-testkit: what the test binaries of every crate share, so that no test file
 //! builds its own batches, table specs, grants documents or server.
 //!
+//! - [`catalogs`]: real catalog servers (rustberg's REST catalog, Postgres) on loopback;
 //! - [`batches`]: column builders, event-time constants, reading values back;
 //! - [`tables`]: the shared table specs (events, wide) and their rows;
 //! - [`grants`]: grants documents for the gateway's file source;
@@ -14,6 +15,7 @@
 //! Python client tests beside it (`tests/python`) are run by the gateway's tests.
 
 pub mod batches;
+pub mod catalogs;
 pub mod client;
 pub mod files;
 pub mod grants;
@@ -22,6 +24,7 @@ pub mod server;
 pub mod tables;
 
 pub use batches::*;
+pub use catalogs::*;
 pub use client::*;
 pub use files::*;
 pub use grants::*;

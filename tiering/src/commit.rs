@@ -11,19 +11,19 @@
 //!    existing; write one manifest of the added files;
 //! 3. write the manifest list, the snapshot (summary with `added-*`, `deleted-*` and
 //!    recomputed `total-*`, plus the caller's properties) and the next metadata file;
-//! 4. swap the catalog pointer from the base metadata to the new one. If another commit
-//!    moved it first, nothing is committed: the files written here are deleted and the
-//!    caller gets [`TieringError::Conflict`] to reload and decide again.
+//! 4. hand the new metadata and its changes to the catalog ([`Catalog::commit`]): the
+//!    SQL catalog swaps its pointer from the base metadata file to the next one, a REST
+//!    catalog applies the changes if the table's `main` is still the base snapshot. If
+//!    another commit came first, nothing is committed: the files written here are
+//!    deleted and the caller gets [`TieringError::Conflict`] to reload and decide again.
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 
 use hotgate_store::TableName;
-use iceberg::MetadataLocation;
 use iceberg::spec::{
     DataFile, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation,
     Schema, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
-    TableMetadata, TableMetadataBuilder,
+    TableMetadataBuildResult, TableMetadataBuilder,
 };
 use iceberg::table::Table;
 
@@ -272,7 +272,7 @@ async fn try_commit(
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
         .build();
-    let new_metadata = metadata
+    let built = metadata
         .clone()
         .into_builder(Some(base_location(name, base)?))
         .add_snapshot(snapshot)?
@@ -280,40 +280,26 @@ async fn try_commit(
             MAIN_BRANCH,
             SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
         )?
-        .build()?
-        .metadata;
-    swap_in(catalog, name, base, new_metadata, written).await
+        .build()?;
+    publish(catalog, name, base, built, written).await
 }
 
-/// Writes `new_metadata` as the next metadata file of `base` and swaps the catalog
-/// pointer to it; a lost swap is a [`TieringError::Conflict`].
-async fn swap_in(
+/// Hands `built` to the catalog. A refused commit is an error the caller may clean up
+/// after; one whose outcome is unknown marks `written` ambiguous, so its files stay.
+async fn publish(
     catalog: &Catalog,
     name: &TableName,
     base: &Table,
-    new_metadata: TableMetadata,
+    built: TableMetadataBuildResult,
     written: &mut Written,
 ) -> Result<Table> {
-    let base_location = base_location(name, base)?;
-    let location = MetadataLocation::from_str(&base_location)?
-        .with_next_version()
-        .with_new_metadata(&new_metadata);
-    written.paths.push(location.to_string());
-    new_metadata.write_to(base.file_io(), &location).await?;
-
-    written.ambiguous = true;
-    let swapped = catalog
-        .swap_metadata(name, &base_location, &location.to_string())
-        .await?;
-    written.ambiguous = false;
-    if !swapped {
-        return Err(TieringError::Conflict {
-            table: name.to_string(),
-            detail: "another commit changed the table since it was read".into(),
-        });
+    match catalog.commit(name, base, built).await {
+        Ok(table) => Ok(table),
+        Err(failure) => {
+            written.ambiguous = failure.state_unknown;
+            Err(failure.error)
+        }
     }
-    // Reloaded rather than assembled: the catalog builds tables with its own runtime.
-    catalog.load(name).await
 }
 
 fn base_location(name: &TableName, base: &Table) -> Result<String> {
@@ -358,15 +344,8 @@ pub async fn commit_metadata(
         .metadata()
         .clone()
         .into_builder(Some(base_location(name, base)?));
-    let new_metadata = edit(builder)?.build()?.metadata;
-    let mut written = Written::default();
-    let result = swap_in(catalog, name, base, new_metadata, &mut written).await;
-    if result.is_err() && !written.ambiguous {
-        for path in &written.paths {
-            let _ = base.file_io().delete(path).await;
-        }
-    }
-    result
+    let built = edit(builder)?.build()?;
+    publish(catalog, name, base, built, &mut Written::default()).await
 }
 
 /// A snapshot id: any unique positive i64 (iceberg derives its own from a UUID too).

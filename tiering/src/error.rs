@@ -25,6 +25,9 @@ pub enum TieringError {
     NotFound(String),
     #[error("commit conflict on {table}: {detail}")]
     Conflict { table: String, detail: String },
+    /// The catalog or its token endpoint cannot be reached or failed.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("iceberg: {0}")]
     Iceberg(#[from] iceberg::Error),
     #[error("catalog database: {0}")]

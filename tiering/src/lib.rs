@@ -31,7 +31,8 @@ pub mod storage;
 pub mod table_spec;
 pub mod tierer;
 
-pub use catalog::{Catalog, CatalogConfig};
+pub use catalog::rest::RestConfig;
+pub use catalog::{Catalog, CatalogConfig, CommitStats, Secret};
 pub use cold_scan::{
     CmpOp, ColdFiles, ColdFilter, ColdPart, ColdScanRequest, ColdSnapshot, ColdValue,
 };

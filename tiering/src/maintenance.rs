@@ -176,7 +176,7 @@ pub async fn expire(
         .expire_older_than_ms(cutoff)
         .retain_last(options.retain_last.max(1));
     let tx = action.apply(tx)?;
-    let after = tx.commit(catalog.iceberg()).await?;
+    let after = tx.commit(&*catalog.iceberg().await?).await?;
     let expired = before.saturating_sub(after.metadata().snapshots().len());
     Ok((after, expired))
 }

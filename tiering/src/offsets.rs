@@ -58,15 +58,24 @@ impl TieredOffsets {
 
     /// The offsets of `snapshot`: its own, or those of its nearest ancestor that has
     /// them (a snapshot another engine committed carries none). Empty when none has.
+    ///
+    /// An error when the walk reaches an expired ancestor first: the offsets are then
+    /// unknown, and guessing "nothing tiered" would tier every row a second time.
     pub fn of_snapshot(metadata: &TableMetadata, snapshot: Option<&SnapshotRef>) -> Result<Self> {
         let mut current = snapshot.cloned();
         while let Some(s) = current {
             if let Some(json) = s.summary().additional_properties.get(OFFSETS_PROP) {
                 return Self::parse(json);
             }
-            current = s
-                .parent_snapshot_id()
-                .and_then(|id| metadata.snapshot_by_id(id).cloned());
+            current = match s.parent_snapshot_id() {
+                None => None,
+                Some(id) => Some(metadata.snapshot_by_id(id).cloned().ok_or_else(|| {
+                    TieringError::Invalid(format!(
+                        "the tiered offsets are unknown: snapshot {} carries no {OFFSETS_PROP} and its parent {id} was expired; another writer's commits replaced hotgate's history",
+                        s.snapshot_id()
+                    ))
+                })?),
+            };
         }
         Ok(Self::default())
     }

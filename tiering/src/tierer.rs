@@ -8,7 +8,9 @@
 //! - **Exactly-once.** The offsets a cycle starts from are read from the table's current
 //!   snapshot, and the commit requires that snapshot to still be current. A crash before
 //!   the commit leaves orphan files the purge removes; after it, the next start reads the
-//!   new offsets. Watermarks are never persisted elsewhere.
+//!   new offsets. Watermarks are never persisted elsewhere. When another writer
+//!   committed in between (a conflict), the cycle deletes its files, reloads and
+//!   converts again from the offsets of the new current snapshot, a few times.
 //! - **Watermarks** (the committed offsets) gate hot retention: untiered rows are never
 //!   purged.
 //! - One cycle or maintenance job runs per table at a time (a per-table lock).
@@ -24,7 +26,7 @@ use iceberg::table::Table;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CommitStats};
 use crate::cold_scan::ColdSnapshot;
 use crate::commit::{CommitRequest, commit, commit_schema};
 use crate::convert::{Converter, RowSuppression};
@@ -36,7 +38,13 @@ use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire,
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::retention::{ColdRetentionReport, drop_old_days};
 use crate::storage::ObjectStoreStorage;
-use crate::table_spec::{iceberg_schema, properties, table_creation};
+use crate::table_spec::{
+    HOTGATE_TABLE_PROP, iceberg_schema, partition_spec, properties, table_creation,
+};
+
+/// How often a cycle whose commit conflicted reloads and tries again before it fails
+/// (and the loop's backoff takes over).
+const CONFLICT_RETRIES: u32 = 5;
 
 /// One file a cycle wrote.
 #[derive(Debug, Clone, Serialize)]
@@ -61,6 +69,18 @@ pub struct CycleReport {
 /// What `GET /v1/tables/{id}/tiering` shows.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TieringStatus {
+    /// The catalog kind: `sqlite`, `postgres` or `rest`.
+    pub catalog: &'static str,
+    /// The Iceberg table is open. When it is not (the catalog is unreachable, or the
+    /// table there differs from hotgate's), nothing is tiered and hot retention keeps
+    /// every row; `last_error` says why.
+    pub ready: bool,
+    /// The last failure to open the table or to tier it, cleared by the next success.
+    pub last_error: Option<String>,
+    pub last_error_ms: Option<i64>,
+    /// What the commits to the catalog did since start: counts, and the last outcome
+    /// with its conflict retries.
+    pub commits: CommitStats,
     /// Per hot log, the first offset not in the cold tier.
     pub watermarks: BTreeMap<String, u64>,
     pub snapshot_id: Option<i64>,
@@ -80,6 +100,70 @@ pub struct TieringStatus {
     /// The last cold retention run that dropped days since start, and when (ms).
     pub last_cold_retention: Option<ColdRetentionReport>,
     pub last_cold_retention_ms: Option<i64>,
+}
+
+/// Lists `table`'s location (iceberg's storage cannot list), with the table's own
+/// storage properties: vended credentials, when the catalog hands them out.
+fn listing(table: &Table) -> ObjectStoreStorage {
+    ObjectStoreStorage::new(table.file_io().config().props().clone())
+}
+
+/// Refuses to tier into a table hotgate did not create when its schema or partition
+/// spec differs from what `def` derives: another engine's table is never rewritten.
+/// hotgate's own tables (`hotgate.table` names this table) may differ in schema after
+/// a crash mid schema change, which [`Tierer::ensure_table`] converges; their spec must
+/// still match.
+fn check_adoptable(def: &TableDef, table: &Table) -> Result<()> {
+    let metadata = table.metadata();
+    let name = def.name();
+    let owned = metadata.properties().get(HOTGATE_TABLE_PROP) == Some(&name.to_string());
+    let wanted_schema = iceberg_schema(def)?;
+    let current = metadata.current_schema();
+    if !owned && current.as_struct() != wanted_schema.as_struct() {
+        let fields = |s: &iceberg::spec::Schema| {
+            s.as_struct()
+                .fields()
+                .iter()
+                .map(|f| format!("{}: {} (id {})", f.name, f.field_type, f.id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(TieringError::Invalid(format!(
+            "the Iceberg table of {name} exists in the catalog, was not created by hotgate, and its schema [{}] differs from hotgate's [{}]; tiering of {name} stops, nothing is overwritten",
+            fields(current),
+            fields(&wanted_schema),
+        )));
+    }
+    let wanted_spec = partition_spec(def, &wanted_schema)?;
+    let spec = metadata.default_partition_spec();
+    let same_spec = spec.fields().len() == wanted_spec.fields().len()
+        && spec
+            .fields()
+            .iter()
+            .zip(wanted_spec.fields())
+            .all(|(have, want)| {
+                have.source_id == want.source_id && have.transform == want.transform
+            });
+    if !same_spec {
+        let show = |fields: Vec<String>| format!("[{}]", fields.join(", "));
+        return Err(TieringError::Invalid(format!(
+            "the Iceberg table of {name} exists in the catalog with partition spec {} where hotgate partitions by {}; tiering of {name} stops, nothing is overwritten",
+            show(
+                spec.fields()
+                    .iter()
+                    .map(|f| format!("{}(field {})", f.transform, f.source_id))
+                    .collect()
+            ),
+            show(
+                wanted_spec
+                    .fields()
+                    .iter()
+                    .map(|f| format!("{}(field {})", f.transform, f.source_id))
+                    .collect()
+            ),
+        )));
+    }
+    Ok(())
 }
 
 /// The histogram bucket of a file of `bytes` against `target`.
@@ -105,21 +189,32 @@ struct TableState {
     watermarks: RwLock<TieredOffsets>,
     /// The Iceberg table exists and the watermarks are loaded.
     ready: std::sync::atomic::AtomicBool,
-    /// The table as last loaded or committed: what union reads scan. Tiering is the
-    /// table's only writer, so this is its current state.
+    /// The table as last loaded or committed: what union reads scan. hotgate's own
+    /// commits all pass through here; another writer's commit (the catalog owner's
+    /// maintenance) shows from the next load.
     current: RwLock<Option<Table>>,
     /// The last cold retention run that dropped something, with its time (ms).
     last_retention: RwLock<Option<(i64, ColdRetentionReport)>>,
     /// Reads in flight, by the snapshot they read.
     leases: Arc<Leases>,
+    /// The last failure to open or tier the table, with its time (ms).
+    last_error: RwLock<Option<(i64, String)>>,
+}
+
+impl TableState {
+    /// Remembers the outcome of an open or a cycle for the status.
+    fn note<T>(&self, result: &Result<T>) {
+        *self.last_error.write() = result
+            .as_ref()
+            .err()
+            .map(|e| (chrono::Utc::now().timestamp_millis(), e.to_string()));
+    }
 }
 
 /// Tiers hot tables into their Iceberg tables.
 #[derive(Debug)]
 pub struct Tierer {
     catalog: Catalog,
-    /// Lists table locations for the purge (iceberg's storage cannot list).
-    listing: ObjectStoreStorage,
     tables: RwLock<HashMap<TableName, Arc<TableState>>>,
     /// Rows cycles must not write (pending deletion requests).
     suppression: RwLock<Option<Arc<dyn RowSuppression>>>,
@@ -128,7 +223,6 @@ pub struct Tierer {
 impl Tierer {
     pub fn new(catalog: Catalog) -> Self {
         Self {
-            listing: ObjectStoreStorage::new(catalog.config().props().clone()),
             catalog,
             tables: RwLock::default(),
             suppression: RwLock::default(),
@@ -155,11 +249,18 @@ impl Tierer {
     /// Creates the Iceberg table of `def` when it does not exist yet, and loads its
     /// watermarks. Idempotent: hotgate calls it for every table on start.
     pub async fn ensure_table(&self, def: &TableDef) -> Result<Table> {
+        let state = self.state(def.name());
+        let opened = self.open_table(def, &state).await;
+        state.note(&opened);
+        opened
+    }
+
+    async fn open_table(&self, def: &TableDef, state: &TableState) -> Result<Table> {
         let name = def.name();
-        let state = self.state(name);
         let table = if self.catalog.exists(name).await? {
             let _busy = state.busy.lock().await;
             let table = self.catalog.load(name).await?;
+            check_adoptable(def, &table)?;
             self.converge_schema(def, table).await?
         } else {
             self.catalog.create(name, table_creation(def)?).await?
@@ -258,7 +359,45 @@ impl Tierer {
             )));
         }
         let state = self.state(name);
+        if !state.ready.load(std::sync::atomic::Ordering::Acquire) {
+            // Never tier into a table that was not checked (another engine's, say).
+            self.ensure_table(&def).await?;
+        }
         let _busy = state.busy.lock().await;
+        let mut retries = 0;
+        loop {
+            let result = self.cycle_once(hot, &state, now_micros, force).await;
+            state.note(&result);
+            match result {
+                Err(TieringError::Conflict { table, detail }) if retries < CONFLICT_RETRIES => {
+                    retries += 1;
+                    tracing::info!(%table, %detail, retries, "tiering commit conflicted; reloading and trying again");
+                    tokio::time::sleep(Duration::from_millis(50 << retries)).await;
+                }
+                result => {
+                    // An idle cycle commits nothing: the last commit's retries stand.
+                    if result.as_ref().map_or(true, |r| r.snapshot_id.is_some()) {
+                        self.catalog.record_retries(name, retries);
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Tierer::cycle`]: load, convert from the current snapshot's
+    /// offsets, commit on that snapshot. A conflict deletes the data files it wrote; the
+    /// next attempt re-derives everything from the new current snapshot, so rows another
+    /// writer's commit carried (or did not) are counted from what it committed.
+    async fn cycle_once(
+        &self,
+        hot: &Arc<HotTable>,
+        state: &TableState,
+        now_micros: i64,
+        force: bool,
+    ) -> Result<CycleReport> {
+        let def = hot.def();
+        let name = def.name();
         let base = self.catalog.load(name).await?;
         let committed = TieredOffsets::current(base.metadata())?;
         *state.current.write() = Some(base.clone());
@@ -284,7 +423,18 @@ impl Tierer {
         };
         fail::fail_point!("tier-before-commit");
         let request = request.with_property(OFFSETS_PROP, next.to_json());
-        let committed_table = commit(&self.catalog, name, &base, request).await?;
+        let committed_table = match commit(&self.catalog, name, &base, request).await {
+            Ok(table) => table,
+            Err(e @ TieringError::Conflict { .. }) => {
+                for file in &report.files {
+                    if let Err(cleanup) = base.file_io().delete(&file.path).await {
+                        tracing::warn!(path = %file.path, error = %cleanup, "cannot delete a data file of a conflicted cycle; the purge will");
+                    }
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         fail::fail_point!("tier-after-commit");
         report.snapshot_id = committed_table.metadata().current_snapshot_id();
         report.offsets = next.by_log_name();
@@ -360,7 +510,7 @@ impl Tierer {
         let reading = state.leases.drain_outside(&live, options.read_wait).await;
         if reading == 0 {
             let (files, bytes) =
-                purge(&self.listing, &table, now_ms, options.purge_min_age).await?;
+                purge(&listing(&table), &table, now_ms, options.purge_min_age).await?;
             report.files_purged = files;
             report.bytes_purged = bytes;
         } else {
@@ -395,7 +545,7 @@ impl Tierer {
         needles: &[Vec<u8>],
     ) -> Result<crate::search::LocationSearch> {
         let table = self.catalog.load(def.name()).await?;
-        crate::search::search_location(&self.listing, &table, needles).await
+        crate::search::search_location(&listing(&table), &table, needles).await
     }
 
     async fn erase_history_locked(
@@ -412,7 +562,7 @@ impl Tierer {
         let live = table.metadata().current_snapshot_id().into_iter().collect();
         report.reads_waited_out = state.leases.drain_outside(&live, read_wait).await;
         if report.reads_waited_out == 0 {
-            let (files, bytes) = delete_unreferenced(&self.listing, &table).await?;
+            let (files, bytes) = delete_unreferenced(&listing(&table), &table).await?;
             report.files_deleted = files;
             report.bytes_deleted = bytes;
         }
@@ -420,7 +570,41 @@ impl Tierer {
     }
 
     /// The watermarks and the live files of the current snapshot.
-    pub async fn status(&self, def: &TableDef) -> Result<TieringStatus> {
+    ///
+    /// When the catalog cannot be read, the status still answers: with the watermarks
+    /// of the last commit, `ready: false` or the error in `last_error`.
+    pub async fn status(&self, def: &TableDef) -> TieringStatus {
+        let state = self.state(def.name());
+        match self.cold_status(def).await {
+            Ok(status) => status,
+            Err(e) => TieringStatus {
+                watermarks: state.watermarks.read().by_log_name(),
+                target_file_size: def.tiering().target_file_size,
+                last_error: Some(e.to_string()),
+                last_error_ms: Some(chrono::Utc::now().timestamp_millis()),
+                ..self.status_base(def, &state)
+            },
+        }
+    }
+
+    /// The parts of the status that need no catalog call.
+    fn status_base(&self, def: &TableDef, state: &TableState) -> TieringStatus {
+        let last_error = state.last_error.read().clone();
+        TieringStatus {
+            catalog: self.catalog.kind(),
+            ready: state.ready.load(std::sync::atomic::Ordering::Acquire),
+            last_error_ms: last_error.as_ref().map(|(at, _)| *at),
+            last_error: last_error.map(|(_, e)| e),
+            commits: self.catalog.commit_stats(def.name()),
+            ..TieringStatus::default()
+        }
+    }
+
+    async fn cold_status(&self, def: &TableDef) -> Result<TieringStatus> {
+        let state = self.state(def.name());
+        if !state.ready.load(std::sync::atomic::Ordering::Acquire) {
+            self.ensure_table(def).await?;
+        }
         let table = self.catalog.load(def.name()).await?;
         let metadata = table.metadata();
         let target = def.tiering().target_file_size;
@@ -430,7 +614,7 @@ impl Tierer {
             snapshot_timestamp_ms: metadata.current_snapshot().map(|s| s.timestamp_ms()),
             snapshots: metadata.snapshots().len(),
             target_file_size: target,
-            ..TieringStatus::default()
+            ..self.status_base(def, &state)
         };
         for class in ["<1/8", "1/8-1/2", "1/2-1", ">=1"] {
             status.size_histogram.insert(class.to_owned(), 0);

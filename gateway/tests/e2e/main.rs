@@ -3,6 +3,7 @@
 
 mod audit;
 mod auth;
+mod catalogs;
 mod deletion;
 mod governance;
 mod harness;

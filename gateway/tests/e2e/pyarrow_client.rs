@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::harness::*;
 
 /// The venv's Python; a missing venv fails the test.
-fn venv_python() -> PathBuf {
+pub(crate) fn venv_python() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join(".venv/bin/python");
     assert!(
@@ -20,12 +20,9 @@ fn venv_python() -> PathBuf {
     python
 }
 
-#[test]
-fn pyarrow_flight_walkthrough() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = venv_python();
-    let dir = tempfile::tempdir().unwrap();
-    // The test grants, plus an analyst who may only read namespace `gov`.
+/// The grants of the Python tests: the test grants, plus an analyst who may only read
+/// namespace `gov` and a Flight SQL analyst who may list and read namespace `sq`.
+pub(crate) fn python_grants() -> serde_json::Value {
     let mut grants = content_grants();
     add_role(
         &mut grants,
@@ -34,7 +31,6 @@ fn pyarrow_flight_walkthrough() {
         "py_analysts",
         &["py_analyst"],
     );
-    // The Flight SQL analyst: may list and read namespace `sq` only.
     add_role(
         &mut grants,
         "sql_reader",
@@ -45,22 +41,31 @@ fn pyarrow_flight_walkthrough() {
         "sql_analysts",
         &["sql_analyst"],
     );
-    write_grants(dir.path(), &grants);
-    let server = Server::start(dir.path());
-    let token = server.token("py", &["writer"]);
-    let out = Command::new(&python)
+    grants
+}
+
+/// Runs pytest over `tests/python` against `server` (data dir `dir`), with `select` as
+/// its `-k` expression (or `PYTEST_SELECT`) and `env` added; panics unless tests ran
+/// and passed.
+pub(crate) fn pytest(
+    server: &Server,
+    dir: &std::path::Path,
+    select: Option<&str>,
+    env: &[(&str, String)],
+) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // While iterating: PYTEST_SELECT=deletion runs the matching tests only.
+    let select = std::env::var("PYTEST_SELECT")
+        .ok()
+        .or(select.map(str::to_owned));
+    let out = Command::new(venv_python())
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(root.join("tests/python"))
-        // While iterating: PYTEST_SELECT=deletion runs the matching tests only.
-        .args(
-            std::env::var("PYTEST_SELECT")
-                .map(|k| vec!["-k".to_owned(), k])
-                .unwrap_or_default(),
-        )
+        .args(select.map(|k| vec!["-k".to_owned(), k]).unwrap_or_default())
         .env("HOTGATE_FLIGHT", format!("grpc://{}", server.flight))
         .env("HOTGATE_HTTP", format!("http://{}", server.http))
-        .env("HOTGATE_TOKEN", &token)
-        .env("HOTGATE_DATA_DIR", std::path::absolute(dir.path()).unwrap())
+        .env("HOTGATE_TOKEN", server.token("py", &["writer"]))
+        .env("HOTGATE_DATA_DIR", std::path::absolute(dir).unwrap())
         .env("HOTGATE_ADMIN_TOKEN", server.token("root", &["admin"]))
         .env(
             "HOTGATE_ANALYST_TOKEN",
@@ -71,6 +76,7 @@ fn pyarrow_flight_walkthrough() {
             "HOTGATE_SQL_ANALYST_TOKEN",
             server.token("sql_analyst", &["ALL"]),
         )
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let text = format!(
@@ -81,6 +87,14 @@ fn pyarrow_flight_walkthrough() {
     println!("{text}");
     assert!(out.status.success(), "pytest failed:\n{text}");
     assert!(text.contains("passed"), "pytest ran no test:\n{text}");
+}
+
+#[test]
+fn pyarrow_flight_walkthrough() {
+    let dir = tempfile::tempdir().unwrap();
+    write_grants(dir.path(), &python_grants());
+    let server = Server::start(dir.path());
+    pytest(&server, dir.path(), None, &[]);
 }
 
 /// A pyarrow client that meets a server bug (a read that panics, through a fail point)

@@ -66,13 +66,6 @@ pub(crate) async fn wait_hot_purged(server: &Server) {
     }
 }
 
-fn count_files(dir: &Path, suffix: &str) -> usize {
-    all_files(dir)
-        .iter()
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .count()
-}
-
 /// True once some log's first segment no longer starts at offset 0.
 fn segments_purged(hot_dir: &Path) -> bool {
     let mut logs = std::collections::BTreeMap::<std::path::PathBuf, Vec<String>>::new();

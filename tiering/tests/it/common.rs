@@ -34,12 +34,18 @@ pub(crate) async fn fixture(buckets: u32) -> Fixture {
 }
 
 pub(crate) async fn fixture_with(spec: TableSpec) -> Fixture {
+    fixture_in(spec, CatalogConfig::embedded).await
+}
+
+/// A fixture whose catalog is `catalog(data dir)`.
+pub(crate) async fn fixture_in(
+    spec: TableSpec,
+    catalog: impl FnOnce(&std::path::Path) -> CatalogConfig,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("hot"), StoreOptions::default()).unwrap();
     let hot = store.create_table(spec).await.unwrap();
-    let catalog = Catalog::open(CatalogConfig::embedded(dir.path()))
-        .await
-        .unwrap();
+    let catalog = Catalog::open(catalog(dir.path())).await.unwrap();
     let tierer = Tierer::new(catalog);
     tierer.ensure_table(&hot.def()).await.unwrap();
     Fixture {

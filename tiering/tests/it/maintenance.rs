@@ -141,7 +141,8 @@ async fn cold_retention_drops_whole_old_days_with_their_files() {
         hotgate_tiering::TieredOffsets::current(after.metadata()).unwrap(),
         offsets_before
     );
-    let status = f.tierer.status(&f.def()).await.unwrap();
+    let status = f.tierer.status(&f.def()).await;
+    assert_eq!(status.last_error, None);
     assert_eq!(status.oldest_day, Some(day_of(today - DAY_US)));
     assert_eq!(status.cold_retention.as_deref(), Some("30days"));
     assert_eq!(status.last_cold_retention, Some(retention));
