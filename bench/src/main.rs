@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod aggregate;
 mod bare_flight;
+mod catalog_commit;
 mod deletion;
 mod gateway;
 mod lookup;
@@ -78,6 +79,8 @@ enum Bench {
         #[arg(long, env = "HOTGATE_BENCH_DELETION_MB", default_value_t = 2048)]
         mb: u64,
     },
+    /// One tiering commit into a REST catalog (rustberg) and Postgres, against SQLite.
+    Catalogs,
     /// A Flight SQL `GROUP BY` over both tiers against DataFusion on the same files.
     Aggregate {
         /// Rows written and tiered first (the cold tier).
@@ -113,6 +116,7 @@ fn main() -> std::process::ExitCode {
             runtime.block_on(tiering::tiering(day_secs, day_rows))
         }
         Bench::Deletion { mb } => runtime.block_on(deletion::deletion(mb)),
+        Bench::Catalogs => runtime.block_on(catalog_commit::catalogs()),
         Bench::Aggregate {
             cold_rows,
             hot_rows,

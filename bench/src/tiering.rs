@@ -37,7 +37,7 @@ const CONVERT_BATCHES: usize = 40;
 const CONVERT_ROWS: usize = 25_000;
 const ROUNDS: usize = 5;
 
-fn spec(buckets: u32, target: u64, freshness: &str) -> BenchResult<TableSpec> {
+pub(crate) fn spec(buckets: u32, target: u64, freshness: &str) -> BenchResult<TableSpec> {
     Ok(serde_json::from_value(serde_json::json!({
         "namespace": "bench", "name": "events",
         "columns": [
@@ -53,7 +53,7 @@ fn spec(buckets: u32, target: u64, freshness: &str) -> BenchResult<TableSpec> {
     }))?)
 }
 
-fn batch(first: i64, rows: usize, ts: impl Fn(i64) -> i64) -> BenchResult<RecordBatch> {
+pub(crate) fn batch(first: i64, rows: usize, ts: impl Fn(i64) -> i64) -> BenchResult<RecordBatch> {
     let ids: Vec<i64> = (first..first + rows as i64).collect();
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
