@@ -115,11 +115,12 @@ async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
     let def = hot.def();
     let name = def.name();
     let now = chrono::Utc::now().timestamp_micros();
-    if def.tiering().enabled {
+    // A table whose catalog calls keep failing is tried again after a growing wait.
+    if def.tiering().enabled && state.tierer.retry_due(name) {
         if !state.tierer.is_ready(name)
             && let Err(e) = state.tierer.ensure_table(&def).await
         {
-            tracing::warn!(table = %name, "cannot open the Iceberg table; retrying next tick: {e}");
+            tracing::warn!(table = %name, "cannot open the Iceberg table; retrying with backoff: {e}");
             return;
         }
         match state.tierer.cycle(hot, now, false).await {
@@ -132,7 +133,7 @@ async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
             ),
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(table = %name, "tiering cycle failed; retrying next tick: {e}")
+                tracing::warn!(table = %name, "tiering cycle failed; retrying with backoff: {e}")
             }
         }
     }

@@ -58,13 +58,21 @@ pub struct RestCatalogServer {
 }
 
 impl RestCatalogServer {
+    /// The API key every test catalog accepts (rustberg takes keys of at least 32
+    /// characters behind its `rb_` prefix).
+    pub const KEY: &'static str = "rb_hotgatetestkey0123456789abcdefghij";
+
     pub fn start() -> Self {
+        Self::start_on(free_addr())
+    }
+
+    /// Starts it on `addr`, such as the address a server was told before the catalog
+    /// was up.
+    pub fn start_on(addr: std::net::SocketAddr) -> Self {
         let bin = tool("rustberg");
         let dir = tempfile::tempdir().unwrap();
         let root = std::path::absolute(dir.path()).unwrap();
-        let addr = free_addr();
-        // rustberg takes keys of at least 32 characters behind its `rb_` prefix.
-        let token = format!("rb_{}", "hotgatetestkey0123456789abcdefghij");
+        let token = Self::KEY.to_owned();
         let config = root.join("rustberg.toml");
         std::fs::write(
             &config,

@@ -78,6 +78,10 @@ pub struct TieringStatus {
     /// The last failure to open the table or to tier it, cleared by the next success.
     pub last_error: Option<String>,
     pub last_error_ms: Option<i64>,
+    /// Failures in a row; the scheduler waits 1 s after the first, doubling up to 5 min.
+    pub consecutive_failures: u32,
+    /// How long until the scheduler tries again, when it is backing off.
+    pub retry_in_ms: Option<u64>,
     /// What the commits to the catalog did since start: counts, and the last outcome
     /// with its conflict retries.
     pub commits: CommitStats,
@@ -199,7 +203,14 @@ struct TableState {
     leases: Arc<Leases>,
     /// The last failure to open or tier the table, with its time (ms).
     last_error: RwLock<Option<(i64, String)>>,
+    /// Failures in a row, and when the scheduler may try again.
+    backoff: RwLock<(u32, Option<std::time::Instant>)>,
 }
+
+/// The scheduler's wait after the first failure of a table; it doubles with each
+/// failure in a row, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 impl TableState {
     /// Remembers the outcome of an open or a cycle for the status.
@@ -208,6 +219,17 @@ impl TableState {
             .as_ref()
             .err()
             .map(|e| (chrono::Utc::now().timestamp_millis(), e.to_string()));
+        let mut backoff = self.backoff.write();
+        *backoff = match result {
+            Ok(_) => (0, None),
+            Err(_) => {
+                let failures = backoff.0.saturating_add(1);
+                let wait = FIRST_BACKOFF
+                    .saturating_mul(1 << (failures - 1).min(16))
+                    .min(MAX_BACKOFF);
+                (failures, Some(std::time::Instant::now() + wait))
+            }
+        };
     }
 }
 
@@ -328,6 +350,14 @@ impl Tierer {
             // its files purged before the lease counts.
             lease: state.leases.acquire(snapshot.snapshot_id()),
         }))
+    }
+
+    /// Whether the scheduler should try `name` now: not while the backoff after its
+    /// last failures runs (a forced cycle does not ask).
+    pub fn retry_due(&self, name: &TableName) -> bool {
+        let state = self.state(name);
+        let backoff = state.backoff.read();
+        backoff.1.is_none_or(|at| std::time::Instant::now() >= at)
     }
 
     /// Whether [`Tierer::ensure_table`] has succeeded for `name` since start.
@@ -590,7 +620,13 @@ impl Tierer {
     /// The parts of the status that need no catalog call.
     fn status_base(&self, def: &TableDef, state: &TableState) -> TieringStatus {
         let last_error = state.last_error.read().clone();
+        let (failures, retry_at) = *state.backoff.read();
         TieringStatus {
+            consecutive_failures: failures,
+            retry_in_ms: retry_at.map(|at| {
+                at.saturating_duration_since(std::time::Instant::now())
+                    .as_millis() as u64
+            }),
             catalog: self.catalog.kind(),
             ready: state.ready.load(std::sync::atomic::Ordering::Acquire),
             last_error_ms: last_error.as_ref().map(|(at, _)| *at),

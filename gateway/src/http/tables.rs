@@ -165,18 +165,30 @@ pub(super) async fn create_table(
     audit.set_table(&name);
     audit.set_request(body_bytes(&body)?);
     audit.allow_once().await?;
-    // The Iceberg table first: a catalog failure leaves no hot table behind, and a retry
-    // of the same definition reuses an Iceberg table created before.
+    // The Iceberg table first: a refusal by the catalog (a table there that differs, a
+    // bad credential) leaves no hot table behind, and a retry of the same definition
+    // reuses an Iceberg table created before. A catalog that cannot be reached does not
+    // keep the hot tier from taking the table: the scheduler creates the Iceberg table
+    // once the catalog answers, and tiers nothing before.
     let def = hotgate_store::TableDef::new(spec.clone())?;
+    let mut pending = None;
     if def.tiering().enabled {
-        state.tierer.ensure_table(&def).await?;
+        match state.tierer.ensure_table(&def).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == hotgate_tiering::ErrorKind::Unavailable => {
+                tracing::warn!(table = %name, "the catalog is unreachable; the Iceberg table is created when it answers: {e}");
+                pending = Some(e.to_string());
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let table = state.store.create_table(spec).await?;
     tracing::info!(table = %name, principal = %principal.name, "table created");
-    Ok((
-        StatusCode::CREATED,
-        Json(describe(&table, &Visibility::full())),
-    ))
+    let mut body = describe(&table, &Visibility::full());
+    if let Some(reason) = pending {
+        body["cold_table_pending"] = reason.into();
+    }
+    Ok((StatusCode::CREATED, Json(body)))
 }
 
 pub(super) async fn list_tables(

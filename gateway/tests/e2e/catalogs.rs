@@ -264,3 +264,81 @@ async fn commits_that_race_another_writer_keep_every_row_exactly_once() {
     assert_eq!(scan_ids(&server, &token).await, acknowledged);
     server.terminate();
 }
+
+/// hotgate starts while its REST catalog is down: the hot tier takes writes and serves
+/// reads, `/tiering` says why nothing is tiered, hot retention keeps every untiered row;
+/// once the catalog is up, the scheduler's retry creates the Iceberg table, and every
+/// row is tiered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_down_at_start_delays_tiering_and_loses_nothing() {
+    let catalog_addr = free_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::path::absolute(dir.path())
+        .unwrap()
+        .join("hotgate.toml");
+    // The catalog's address and key are known before it runs.
+    let key = RestCatalogServer::KEY;
+    std::fs::write(
+        &config,
+        format!("[catalog]\ntype = \"rest\"\nuri = \"http://{catalog_addr}\"\ntoken = \"{key}\"\n"),
+    )
+    .unwrap();
+    let server = Launch::new(dir.path())
+        .config(&config)
+        .env(&FAST_TICK)
+        .start();
+    let token = server.caller("alice", &["analyst"]);
+    token
+        .create_table(crate::tiering::short_lived_events())
+        .await;
+    token.put_ok("app.events", vec![events(0..40)]).await;
+
+    // Past hot_retention (1 s), several ticks: nothing tiered, nothing purged.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(scan_ids(&server, &token).await, (0..40).collect::<Vec<_>>());
+    let (status, tiering) = token
+        .http(Method::GET, "/v1/tables/app.events/tiering", None)
+        .await;
+    assert_eq!(status, 200, "{tiering}");
+    assert_eq!(tiering["catalog"], "rest");
+    assert_eq!(tiering["ready"], false, "{tiering}");
+    assert!(tiering["last_error"].is_string(), "{tiering}");
+    assert!(
+        tiering["consecutive_failures"].as_u64().unwrap() >= 1,
+        "{tiering}"
+    );
+    assert!(!tiering.to_string().contains(key), "{tiering}");
+    // A forced cycle says the same, as an error that can be retried.
+    let (status, body) = token
+        .http(Method::POST, "/v1/tables/app.events/tier", None)
+        .await;
+    assert_eq!(status, 503, "{body}");
+
+    // The catalog comes up: within the backoff the table is created and tiered.
+    let rest = RestCatalogServer::start_on(catalog_addr);
+    let start = Instant::now();
+    loop {
+        let (_, tiering) = token
+            .http(Method::GET, "/v1/tables/app.events/tiering", None)
+            .await;
+        if tiering["ready"] == true {
+            assert_eq!(tiering["last_error"], serde_json::Value::Null, "{tiering}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never tiered: {tiering}\n{}",
+            rest.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Nothing was tiered or purged meanwhile; now every row goes, once.
+    let (status, report) = token
+        .http(Method::POST, "/v1/tables/app.events/tier", None)
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["records"], 40, "{report}");
+    crate::tiering::wait_hot_purged(&server).await;
+    assert_eq!(scan_ids(&server, &token).await, (0..40).collect::<Vec<_>>());
+    server.terminate();
+}

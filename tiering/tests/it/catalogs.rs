@@ -304,3 +304,136 @@ async fn the_postgres_sql_catalog_tiers_exactly_once_across_a_restart() {
         (0..75).collect::<Vec<_>>()
     );
 }
+
+/// A **test double** of an OAuth2 token endpoint (the identity provider is a boundary
+/// hotgate does not own, and none installs here): the client-credentials grant for
+/// client `hotgate` with secret `right-secret`, handing out rustberg's API key as the
+/// access token, valid `expires_in` seconds. Counts the grants it gave.
+async fn token_endpoint_double(
+    access_token: String,
+    expires_in: u64,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::http::StatusCode;
+    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&granted);
+    let app = axum::Router::new().route(
+        "/token",
+        axum::routing::post(move |body: String| {
+            let (count, access_token) = (Arc::clone(&count), access_token.clone());
+            async move {
+                let form: std::collections::HashMap<String, String> =
+                    url::form_urlencoded::parse(body.as_bytes())
+                        .into_owned()
+                        .collect();
+                let good = form.get("grant_type").map(String::as_str) == Some("client_credentials")
+                    && form.get("client_id").map(String::as_str) == Some("hotgate")
+                    && form.get("client_secret").map(String::as_str) == Some("right-secret");
+                if !good {
+                    return (
+                        StatusCode::UNAUTHORIZED,
+                        axum::Json(serde_json::json!({"error": "invalid_client", "error_description": "bad client credentials"})),
+                    );
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                (
+                    StatusCode::OK,
+                    axum::Json(serde_json::json!({"access_token": access_token, "token_type": "bearer", "expires_in": expires_in})),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/token"), granted)
+}
+
+fn oauth_config(rest: &RestCatalogServer, endpoint: &str, secret: &str) -> CatalogConfig {
+    let mut config = rest.catalog_json();
+    let object = config.as_object_mut().unwrap();
+    object.remove("token");
+    object.insert("credential".into(), format!("hotgate:{secret}").into());
+    object.insert("oauth2_server_uri".into(), endpoint.into());
+    serde_json::from_value(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_credentials_are_exchanged_and_the_token_renewed_before_it_expires() {
+    let rest = RestCatalogServer::start();
+    // 11 s of lifetime: renewed 10 s early, so after 1 s.
+    let (endpoint, granted) = token_endpoint_double(rest.token.clone(), 11).await;
+    let f = fixture_in(events_spec(2), |_| {
+        oauth_config(&rest, &endpoint, "right-secret")
+    })
+    .await;
+    assert_eq!(granted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    f.hot.append(&events(0..10, T0)).await.unwrap();
+    f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    assert_eq!(
+        granted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a token still good was fetched again"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    f.hot.append(&events(10..20, T0)).await.unwrap();
+    f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    assert_eq!(
+        granted.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the token was not renewed"
+    );
+    assert_eq!(
+        cold_ids(&f.table().await).await,
+        (0..20).collect::<Vec<_>>()
+    );
+
+    // A wrong secret: an error naming the setting and the client, never the secret.
+    let catalog = Catalog::open(oauth_config(&rest, &endpoint, "wrong-secret-xyz"))
+        .await
+        .unwrap();
+    let err = Tierer::new(catalog)
+        .ensure_table(&f.def())
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("[catalog] credential"), "{message}");
+    assert!(message.contains("invalid_client"), "{message}");
+    assert!(message.contains("hotgate"), "{message}");
+    assert!(!message.contains("wrong-secret-xyz"), "{message}");
+    assert_eq!(err.kind(), hotgate_tiering::ErrorKind::InvalidArgument);
+}
+
+#[tokio::test]
+async fn a_token_file_is_read_again_when_it_changes() {
+    let rest = RestCatalogServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::path::absolute(dir.path())
+        .unwrap()
+        .join("catalog-token");
+    std::fs::write(&file, format!("{}\n", rest.token)).unwrap();
+    let mut config = rest.catalog_json();
+    let object = config.as_object_mut().unwrap();
+    object.remove("token");
+    object.insert("token_file".into(), file.display().to_string().into());
+    let config: CatalogConfig = serde_json::from_value(config).unwrap();
+    let f = fixture_in(events_spec(2), |_| config).await;
+    f.hot.append(&events(0..10, T0)).await.unwrap();
+    f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+
+    // A rotated token that the catalog refuses: the setting is named.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&file, "rb_revoked-token-0123456789abcdefghijkl").unwrap();
+    f.hot.append(&events(10..20, T0)).await.unwrap();
+    let err = f.tierer.cycle(&f.hot, T0, true).await.unwrap_err();
+    assert!(err.to_string().contains("[catalog] token_file"), "{err}");
+    assert!(!err.to_string().contains("revoked-token"), "{err}");
+
+    // The right one again: tiering goes on, with nothing lost or doubled.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&file, &rest.token).unwrap();
+    f.tierer.cycle(&f.hot, T0, true).await.unwrap();
+    assert_eq!(
+        cold_ids(&f.table().await).await,
+        (0..20).collect::<Vec<_>>()
+    );
+}
