@@ -44,6 +44,9 @@ pub struct Config {
     pub deletion: DeletionConfig,
     pub store: StoreConfig,
     pub sql: SqlConfig,
+    /// Kafka topics consumed into tables, `[[sources]]` in the file (no environment
+    /// variables: a list).
+    pub sources: Vec<crate::sources::SourceConfig>,
 }
 
 /// Flight SQL statements.
@@ -279,6 +282,7 @@ impl Default for Config {
             deletion: DeletionConfig::default(),
             store: StoreConfig::default(),
             sql: SqlConfig::default(),
+            sources: Vec::new(),
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod pushdown;
 pub mod scheduler;
 pub mod secret_file;
 pub mod server;
+pub mod sources;
 pub mod sql;
 pub mod state;
 pub mod ticket;

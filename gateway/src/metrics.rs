@@ -30,6 +30,8 @@ pub struct GatewayMetrics {
     deletions_overdue: IntGauge,
     state_cache_bytes: IntGauge,
     catalog_commits: IntCounterVec,
+    source_lag: IntGaugeVec,
+    source_records: IntCounterVec,
     /// The store snapshot last exported, so counters advance by the difference.
     last: Mutex<MetricsSnapshot>,
 }
@@ -117,6 +119,26 @@ impl GatewayMetrics {
                 &["table", "outcome"],
             ),
         );
+        let source_lag = registered(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "hotgate_source_lag",
+                    "Records a source partition has in Kafka that hotgate has not taken",
+                ),
+                &["source", "partition"],
+            ),
+        );
+        let source_records = registered(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "hotgate_source_records_total",
+                    "Records taken from Kafka by source and outcome (rows, rejected, duplicate)",
+                ),
+                &["source", "outcome"],
+            ),
+        );
         Self {
             put_rows: counter(
                 &registry,
@@ -153,13 +175,38 @@ impl GatewayMetrics {
             deletions_overdue,
             state_cache_bytes,
             catalog_commits,
+            source_lag,
+            source_records,
             last: Mutex::new(MetricsSnapshot::default()),
         }
     }
 
     /// The Prometheus text exposition, with the store's counters and the deletion
     /// gauges brought up to date.
-    pub fn render(&self, store: &Store, deletions: &Deletions, catalog: &Catalog) -> String {
+    pub fn render(
+        &self,
+        store: &Store,
+        deletions: &Deletions,
+        catalog: &Catalog,
+        sources: &[crate::sources::SourceStatus],
+    ) -> String {
+        for source in sources {
+            let mut totals = [0u64; 3];
+            for p in &source.partitions {
+                self.source_lag
+                    .with_label_values(&[source.name.as_str(), &p.partition.to_string()])
+                    .set(p.lag.unwrap_or(0));
+                totals[0] += p.rows;
+                totals[1] += p.rejected;
+                totals[2] += p.duplicates_skipped;
+            }
+            for (outcome, count) in ["rows", "rejected", "duplicate"].into_iter().zip(totals) {
+                let counter = self
+                    .source_records
+                    .with_label_values(&[source.name.as_str(), outcome]);
+                counter.inc_by(count.saturating_sub(counter.get()));
+            }
+        }
         for (table, stats) in catalog.all_commit_stats() {
             let table = table.to_string();
             for (outcome, count) in [

@@ -156,6 +156,10 @@ pub async fn run(
         config.deletion.time_bound,
     )?);
     tierer.set_suppression(Arc::clone(&deletions) as Arc<dyn hotgate_tiering::RowSuppression>);
+    let sources = Arc::new(crate::sources::Sources::open(
+        &config.data_dir,
+        &config.sources,
+    )?);
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -186,8 +190,10 @@ pub async fn run(
         metrics: Arc::new(GatewayMetrics::new()),
         audit: Arc::clone(&audit),
         sql: config.sql.clone(),
+        sources: Arc::clone(&sources),
         shutdown: stop_rx.clone(),
     });
+    sources.start(&state, &background).await?;
 
     let steps = crate::deletion::StepContext {
         deletions: Arc::clone(&state.deletions),

@@ -33,6 +33,8 @@ pub struct GatewayState {
     pub audit: Arc<AuditLog>,
     /// What a SQL statement may use, and the namespace of its unqualified tables.
     pub sql: crate::config::SqlConfig,
+    /// The Kafka topics consumed into tables.
+    pub sources: Arc<crate::sources::Sources>,
     /// Flips to `true` when the server begins shutting down; long-lived streams end.
     pub shutdown: watch::Receiver<bool>,
 }

@@ -21,6 +21,7 @@ use crate::log::{Log, LogOptions};
 use crate::metrics::StoreMetrics;
 use crate::primary_key::{ChangeOp, PkState, StateDb};
 use crate::segment::EncodedFrame;
+use crate::source_marks::{SourceMarks, SourceRows};
 use crate::table_def::{TableDef, TableKind};
 use crate::validate::{
     check_time_bounds, key_columns, normalize, time_range, time_values, within_time,
@@ -225,6 +226,35 @@ impl HotTable {
     /// the changelog of every bucket it touches is durable and applied. A batch that
     /// fails validation writes nothing. Each bucket commits on its own.
     pub async fn write_changes(&self, batch: &RecordBatch, op: ChangeOp) -> Result<ChangeResult> {
+        self.write_changes_marked(batch, op, None).await
+    }
+
+    /// [`HotTable::write_changes`] for rows that came from a source, as
+    /// [`HotTable::append_from_source`] does for appends: rows whose source position
+    /// the bucket's changelog holds already are skipped. `rows` in the result counts
+    /// the rows not skipped.
+    pub async fn write_changes_from_source(
+        &self,
+        batch: &RecordBatch,
+        op: ChangeOp,
+        rows: SourceRows<'_>,
+    ) -> Result<ChangeResult> {
+        if rows.positions.len() != batch.num_rows() {
+            return Err(StoreError::InvalidRequest(format!(
+                "{} source positions for {} rows",
+                rows.positions.len(),
+                batch.num_rows()
+            )));
+        }
+        self.write_changes_marked(batch, op, Some(rows)).await
+    }
+
+    async fn write_changes_marked(
+        &self,
+        batch: &RecordBatch,
+        op: ChangeOp,
+        source: Option<SourceRows<'_>>,
+    ) -> Result<ChangeResult> {
         let pk = self.pk()?;
         let input = match op {
             ChangeOp::Upsert => normalize(&self.def(), batch),
@@ -244,10 +274,23 @@ impl HotTable {
             groups.entry(*bucket).or_default().push(row as u32);
         }
         for (bucket, rows) in groups {
+            let id = LogId { day: None, bucket };
+            let _writing = self.bucket_locks[bucket as usize].lock().await;
+            let (rows, delta) = match &source {
+                None => (rows, None),
+                Some(source) => {
+                    let marks = self.log(id).map(|l| l.source_marks());
+                    let (kept, delta) = source.unwritten(&rows, marks.as_ref());
+                    result.rows -= (rows.len() - kept.len()) as u64;
+                    (kept, Some(delta))
+                }
+            };
+            if rows.is_empty() {
+                continue;
+            }
             let part =
                 arrow_select::take::take_record_batch(&input, &UInt32Array::from(rows.clone()))?;
             let part_keys: Vec<Vec<u8>> = rows.iter().map(|r| keys[*r as usize].clone()).collect();
-            let _writing = self.bucket_locks[bucket as usize].lock().await;
             let changes = pk.changes(&part_keys, &part, op)?;
             result
                 .missing_rows
@@ -255,10 +298,10 @@ impl HotTable {
             let Some(changelog) = &changes.changelog else {
                 continue;
             };
-            let id = LogId { day: None, bucket };
             let now = chrono::Utc::now().timestamp_micros();
             let (min, max) = time_range(&self.def(), changelog, now);
-            let frame = EncodedFrame::encode(changelog, min, max)?;
+            let mut frame = EncodedFrame::encode(changelog, min, max)?;
+            frame.source = delta;
             let log = self.log_for(id).await?;
             let range = log.enqueue(frame).await?.await.map_err(|_| {
                 StoreError::Unavailable(format!("log {id} closed before the change was durable"))
@@ -475,6 +518,37 @@ impl HotTable {
     /// begins several appends in order gets them committed in that order in each log, and
     /// they may share group commits.
     pub async fn begin_append(&self, batch: &RecordBatch) -> Result<PendingAppend> {
+        self.begin_append_marked(batch, None).await
+    }
+
+    /// Appends rows that came from a source (see [`crate::source_marks`]) and returns
+    /// once they are durable: rows whose source position the log they route to holds
+    /// already are skipped, the rest are written with their positions. One source
+    /// writes a table through one appender at a time, each append after the last is
+    /// durable. Returns what was written; `rows` counts only the rows not skipped.
+    pub async fn append_from_source(
+        &self,
+        batch: &RecordBatch,
+        rows: SourceRows<'_>,
+    ) -> Result<AppendResult> {
+        if rows.positions.len() != batch.num_rows() {
+            return Err(StoreError::InvalidRequest(format!(
+                "{} source positions for {} rows",
+                rows.positions.len(),
+                batch.num_rows()
+            )));
+        }
+        self.begin_append_marked(batch, Some(rows))
+            .await?
+            .durable()
+            .await
+    }
+
+    async fn begin_append_marked(
+        &self,
+        batch: &RecordBatch,
+        source: Option<SourceRows<'_>>,
+    ) -> Result<PendingAppend> {
         if self.pk.is_some() {
             return Err(StoreError::InvalidRequest(format!(
                 "{} is a primary-key table: write upserts and deletes, not appends",
@@ -508,13 +582,27 @@ impl HotTable {
         }
         let mut frames = Vec::with_capacity(groups.len());
         for (id, rows) in groups {
+            let (rows, delta) = match &source {
+                None => (rows, None),
+                Some(source) => {
+                    let marks = self.log(id).map(|l| l.source_marks());
+                    let (kept, delta) = source.unwritten(&rows, marks.as_ref());
+                    pending.rows -= (rows.len() - kept.len()) as u64;
+                    (kept, Some(delta))
+                }
+            };
+            if rows.is_empty() {
+                continue;
+            }
             let part = if rows.len() == batch.num_rows() {
                 batch.clone()
             } else {
                 arrow_select::take::take_record_batch(&batch, &UInt32Array::from(rows))?
             };
             let (min, max) = time_range(&def, &part, 0);
-            frames.push((id, EncodedFrame::encode(&part, min, max)?));
+            let mut frame = EncodedFrame::encode(&part, min, max)?;
+            frame.source = delta;
+            frames.push((id, frame));
         }
         // Encoding is done before anything is queued, so a bad batch queues nothing.
         for (id, frame) in frames {
@@ -551,6 +639,16 @@ impl HotTable {
     /// Every log of the table, in (day, bucket) order.
     pub fn logs(&self) -> Vec<Arc<Log>> {
         self.logs.read().values().cloned().collect()
+    }
+
+    /// The highest source offset per partition of `source` among the table's durable
+    /// rows, over every log.
+    pub fn source_positions(&self, source: &str) -> BTreeMap<i32, i64> {
+        let mut all = SourceMarks::default();
+        for log in self.logs() {
+            all.union(&log.source_marks());
+        }
+        all.of(source)
     }
 
     /// The durable end offset of every log.

@@ -24,6 +24,7 @@ pub mod primary_key;
 mod scan;
 mod search;
 mod segment;
+pub mod source_marks;
 mod state_cache;
 mod state_recovery;
 mod store;
@@ -45,6 +46,7 @@ pub use scan::{
     change_meta_fields,
 };
 pub use search::{HotSearch, contains_any};
+pub use source_marks::{SourceMarks, SourceRows};
 pub use store::{DEFAULT_STATE_CACHE_BYTES, Store, StoreOptions};
 pub use table_def::{
     ColumnSpec, ColumnType, TableDef, TableKind, TableName, TableSpec, TieringSpec, UTC, WriteRule,

@@ -9,11 +9,13 @@
 //! 4  crc32c       u32   over bytes 8..48 of the header, then the payload
 //! 8  base_offset  u64   offset of the frame's first row in its log
 //! 16 record_count u32
-//! 20 column_count u32   stored columns when written (schema evolution only appends)
+//! 20 column_count u24   stored columns when written (schema evolution only appends)
+//! 23 flags        u8    bit 0: the payload ends with source marks (crate::source_marks)
 //! 24 commit_ts    i64   µs since epoch, when the writer committed the frame
 //! 32 min_event_ts i64   µs, smallest time-column value in the frame
 //! 40 max_event_ts i64   µs, largest
 //! 48 payload: meta_len u32 | Arrow IPC RecordBatch message | pad to 8 | IPC body
+//!             [| source marks trailer]
 //! ```
 //!
 //! The event-time bounds in each header make time pruning possible per frame, not only
@@ -34,6 +36,7 @@ use arrow_ipc::writer::{CompressionContext, DictionaryTracker, IpcDataGenerator,
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::error::{Result, StoreError};
+use crate::source_marks::{FLAG_SOURCE_MARKS, SourceDelta, SourceMarks};
 
 pub(crate) const HEADER_LEN: usize = 48;
 /// A frame larger than this is treated as corruption rather than allocated.
@@ -50,6 +53,9 @@ pub(crate) struct EncodedFrame {
     pub column_count: u32,
     pub min_event_ts: i64,
     pub max_event_ts: i64,
+    /// For a frame written for a source: what its rows add to the log's marks. The
+    /// writer turns it into the log's cumulative marks, written behind the payload.
+    pub source: Option<SourceDelta>,
 }
 
 impl EncodedFrame {
@@ -84,6 +90,7 @@ impl EncodedFrame {
             column_count: batch.num_columns() as u32,
             min_event_ts,
             max_event_ts,
+            source: None,
         })
     }
 
@@ -91,28 +98,38 @@ impl EncodedFrame {
         (HEADER_LEN + self.payload.len()) as u64
     }
 
-    /// Appends the header and payload to `out`, returning the frame's index entry.
+    /// Appends the header and payload to `out`, with `marks` (an encoded marks
+    /// trailer) behind the payload when given, returning the frame's index entry.
     pub(crate) fn write_to(
         &self,
         out: &mut Vec<u8>,
         base_offset: u64,
         commit_ts: i64,
+        marks: Option<&[u8]>,
     ) -> FrameMeta {
+        let trailer = marks.unwrap_or_default();
         let meta = FrameMeta {
             position: 0,
-            payload_len: self.payload.len() as u32,
+            payload_len: (self.payload.len() + trailer.len()) as u32,
             base_offset,
             record_count: self.record_count,
             column_count: self.column_count,
+            flags: if marks.is_some() {
+                FLAG_SOURCE_MARKS
+            } else {
+                0
+            },
             commit_ts,
             min_event_ts: self.min_event_ts,
             max_event_ts: self.max_event_ts,
         };
         let mut header = meta.header_bytes();
-        let crc = frame_crc(&header, &self.payload, self.payload_crc);
+        let crc =
+            crc32c::crc32c_append(frame_crc(&header, &self.payload, self.payload_crc), trailer);
         header[4..8].copy_from_slice(&crc.to_le_bytes());
         out.extend_from_slice(&header);
         out.extend_from_slice(&self.payload);
+        out.extend_from_slice(trailer);
         meta
     }
 }
@@ -147,6 +164,8 @@ pub(crate) struct FrameMeta {
     pub base_offset: u64,
     pub record_count: u32,
     pub column_count: u32,
+    /// Header byte 23; see [`FLAG_SOURCE_MARKS`].
+    pub flags: u8,
     pub commit_ts: i64,
     pub min_event_ts: i64,
     pub max_event_ts: i64,
@@ -166,7 +185,9 @@ impl FrameMeta {
         h[0..4].copy_from_slice(&self.payload_len.to_le_bytes());
         h[8..16].copy_from_slice(&self.base_offset.to_le_bytes());
         h[16..20].copy_from_slice(&self.record_count.to_le_bytes());
-        h[20..24].copy_from_slice(&self.column_count.to_le_bytes());
+        h[20..24].copy_from_slice(
+            &(self.column_count & 0x00FF_FFFF | u32::from(self.flags) << 24).to_le_bytes(),
+        );
         h[24..32].copy_from_slice(&self.commit_ts.to_le_bytes());
         h[32..40].copy_from_slice(&self.min_event_ts.to_le_bytes());
         h[40..48].copy_from_slice(&self.max_event_ts.to_le_bytes());
@@ -185,13 +206,47 @@ impl FrameMeta {
             payload_len: u32_at(0),
             base_offset: u64_at(8),
             record_count: u32_at(16),
-            column_count: u32_at(20),
+            column_count: u32_at(20) & 0x00FF_FFFF,
+            flags: h[23],
             commit_ts: u64_at(24) as i64,
             min_event_ts: u64_at(32) as i64,
             max_event_ts: u64_at(40) as i64,
         };
         (meta, u32_at(4))
     }
+}
+
+/// The source marks a frame carries behind its payload, if its header says it has them.
+pub(crate) fn read_marks(
+    file: &File,
+    path: &Path,
+    meta: &FrameMeta,
+) -> Result<Option<SourceMarks>> {
+    if meta.flags & FLAG_SOURCE_MARKS == 0 {
+        return Ok(None);
+    }
+    let corrupt = |detail: String| {
+        StoreError::corrupt(path, format!("frame at byte {}: {detail}", meta.position))
+    };
+    let end = meta.position + meta.frame_len();
+    if meta.payload_len < 8 {
+        return Err(corrupt("a marked payload shorter than its trailer".into()));
+    }
+    let mut last8 = [0u8; 8];
+    file.read_exact_at(&mut last8, end - 8)
+        .map_err(|e| StoreError::io(path, e))?;
+    let len = SourceMarks::trailer_len(last8).map_err(corrupt)?;
+    if len > meta.payload_len as usize {
+        return Err(corrupt(
+            "the source marks trailer overruns the payload".into(),
+        ));
+    }
+    let mut trailer = vec![0u8; len];
+    file.read_exact_at(&mut trailer, end - len as u64)
+        .map_err(|e| StoreError::io(path, e))?;
+    SourceMarks::decode_trailer(&trailer)
+        .map(Some)
+        .map_err(corrupt)
 }
 
 /// The file name of a segment starting at `base_offset`.
@@ -601,6 +656,62 @@ mod tests {
 
     /// Every column type, with nulls, survives a frame round trip through both the whole
     /// and the projected read paths, and columns added later read as nulls.
+    /// A frame with a source marks trailer reads back the same rows, whole and
+    /// projected, passes recovery's CRC check, and gives its marks; one without gives
+    /// none. Large payloads (whose CRC is combined) too.
+    #[test]
+    fn marked_frames_read_like_any_frame_and_give_their_marks() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let mut marks = SourceMarks::default();
+        marks.merge(&SourceDelta {
+            source: "orders".into(),
+            max: [(0, 99), (2, 5)].into(),
+        });
+        let trailer = marks.encode_trailer();
+        for rows in [3usize, 20_000] {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+                    Arc::new(StringArray::from_iter_values(
+                        (0..rows).map(|i| format!("n{i}")),
+                    )),
+                ],
+            )
+            .unwrap();
+            let encoded = EncodedFrame::encode(&batch, 0, 0).unwrap();
+            let mut bytes = Vec::new();
+            let plain = encoded.write_to(&mut bytes, 0, 1, None);
+            let mut marked = encoded.write_to(&mut bytes, plain.end_offset(), 1, Some(&trailer));
+            marked.position = plain.frame_len();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("seg.log");
+            std::fs::write(&path, &bytes).unwrap();
+            let file = File::open(&path).unwrap();
+            let scanned = scan_segment(&file, &path, 0, true).unwrap();
+            assert_eq!(scanned.tail_problem, None);
+            assert_eq!(scanned.frames, vec![plain, marked]);
+            assert_eq!(read_marks(&file, &path, &plain).unwrap(), None);
+            assert_eq!(
+                read_marks(&file, &path, &marked).unwrap(),
+                Some(marks.clone())
+            );
+            assert_eq!(
+                read_frame(&file, &path, &marked, &schema, &[0, 1], 0).unwrap(),
+                batch
+            );
+            assert_eq!(
+                read_frame(&file, &path, &marked, &schema, &[1], 0)
+                    .unwrap()
+                    .column(0),
+                batch.column(1)
+            );
+        }
+    }
+
     #[test]
     fn every_type_round_trips_whole_and_projected() {
         let types = [
@@ -664,7 +775,7 @@ mod tests {
         let batch = RecordBatch::try_new(Arc::clone(&frame_schema), columns).unwrap();
         let encoded = EncodedFrame::encode(&batch, 0, 0).unwrap();
         let mut bytes = vec![0u8; 16]; // the frame need not start at byte 0
-        let mut meta = encoded.write_to(&mut bytes, 100, 1);
+        let mut meta = encoded.write_to(&mut bytes, 100, 1, None);
         meta.position = 16;
         let mut out = Vec::new();
         out.extend_from_slice(&bytes);

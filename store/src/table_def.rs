@@ -337,6 +337,41 @@ fn default_hot_retention() -> Duration {
     Duration::from_secs(3600)
 }
 
+impl TableSpec {
+    /// A log table of hotgate's own (`_system.<name>`): one bucket, so that its records
+    /// keep a single total order; `time` is the time column. `columns` are
+    /// (name, type, nullable), with no tags or write rules.
+    pub fn system_log(
+        name: &str,
+        columns: &[(&str, ColumnType, bool)],
+        bucket_key: &str,
+        hot_retention: Duration,
+    ) -> Self {
+        TableSpec {
+            namespace: SYSTEM_NAMESPACE.to_owned(),
+            name: name.to_owned(),
+            columns: columns
+                .iter()
+                .map(|(name, column_type, nullable)| ColumnSpec {
+                    name: (*name).to_owned(),
+                    column_type: *column_type,
+                    nullable: *nullable,
+                    tags: Vec::new(),
+                    write: WriteRule::default(),
+                    field_id: None,
+                })
+                .collect(),
+            time_column: Some("time".into()),
+            bucket_key: bucket_key.into(),
+            buckets: 1,
+            hot_retention,
+            cold_retention: None,
+            primary_key: None,
+            tiering: TieringSpec::default(),
+        }
+    }
+}
+
 /// The kind of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TableKind {
@@ -389,6 +424,17 @@ impl TableDef {
             .unwrap_or(0)
             .max(0)
             + 1;
+        // Stored columns take the ids first, in order, and `drop` columns after them: a
+        // catalog assigns fresh ids 1..n to the columns of a new table (iceberg-rust and
+        // REST catalogs alike), and the stored schema's ids must be those ids.
+        for stored in [true, false] {
+            for c in spec.columns.iter_mut() {
+                if (c.write != WriteRule::Drop) == stored && c.field_id.is_none() {
+                    c.field_id = Some(next_id);
+                    next_id += 1;
+                }
+            }
+        }
         let mut ids = HashSet::new();
         for c in &mut spec.columns {
             check_ident("column name", &c.name)
@@ -415,11 +461,7 @@ impl TableDef {
                     ));
                 }
             }
-            let id = *c.field_id.get_or_insert_with(|| {
-                let id = next_id;
-                next_id += 1;
-                id
-            });
+            let id = c.field_id.unwrap_or_default();
             if id <= 0 || !ids.insert(id) {
                 return invalid(format!(
                     "field id {id} of column {} is not a unique positive number",
@@ -708,7 +750,9 @@ mod tests {
         let spec: TableSpec = serde_json::from_value(spec_json()).unwrap();
         let def = TableDef::new(spec).unwrap();
         let ids: Vec<_> = def.spec().columns.iter().map(|c| c.field_id).collect();
-        assert_eq!(ids, vec![Some(1), Some(2), Some(3), Some(4), Some(5)]);
+        // The stored columns take 1..n, as a catalog assigns them on create; the dropped
+        // one comes after.
+        assert_eq!(ids, vec![Some(1), Some(2), Some(5), Some(3), Some(4)]);
         // The dropped column is not stored.
         let names: Vec<_> = def
             .stored_schema()
@@ -719,8 +763,13 @@ mod tests {
         assert_eq!(names, ["order_id", "customer_id", "amount", "ts"]);
         assert_eq!(def.time_index(), Some(3));
         assert_eq!(def.bucket_index(), 1);
-        let f = def.stored_schema().field(1);
-        assert_eq!(f.metadata()[FIELD_ID_KEY], "2");
+        let stored_ids: Vec<_> = def
+            .stored_schema()
+            .fields()
+            .iter()
+            .map(|f| f.metadata()[FIELD_ID_KEY].clone())
+            .collect();
+        assert_eq!(stored_ids, ["1", "2", "3", "4"]);
         let json = serde_json::to_string(def.spec()).unwrap();
         let again = TableDef::new(serde_json::from_str(&json).unwrap()).unwrap();
         assert_eq!(again, def);

@@ -62,7 +62,8 @@ def http(method, path, token, body=None):
 
 def table(namespace, name, columns, **settings):
     """A table spec for `POST /v1/tables`. Each column is "name type", with a trailing
-    "!" when it is required and "#tag" for each tag: "id int64!", "email string #pii"."""
+    "!" when it is required, "#tag" for each tag and "=rule" for a write rule:
+    "id int64!", "email string #pii", "card string =drop"."""
     specs = []
     for column in columns:
         words = column.split()
@@ -72,6 +73,9 @@ def table(namespace, name, columns, **settings):
         tags = [w[1:] for w in words[2:] if w.startswith("#")]
         if tags:
             spec["tags"] = tags
+        rules = [w[1:] for w in words[2:] if w.startswith("=")]
+        if rules:
+            spec["write"] = rules[0]
         specs.append(spec)
     return {"namespace": namespace, "name": name, "columns": specs, **settings}
 

@@ -95,6 +95,40 @@ def test_pyiceberg_reads_the_tiered_table():
         assert {bucket(u) for u in rows.column("user_id").to_pylist()} == {partition[1]}
 
 
+def test_a_dropped_column_does_not_shift_the_field_ids():
+    # A catalog numbers a new table's columns 1..n; the dropped column is not among them,
+    # so the stored columns after it must carry the ids the catalog gave them.
+    spec = hotgate_client.log_table(
+        "lake.payments",
+        ["id int64!", "card string =drop", "user_id string!", "amount float64", "ts timestamp_us!"],
+        "user_id", 2,
+    )
+    hotgate_client.create_table(spec, TOKEN)
+    rows = [(i, f"4111-{i}", f"user-{i % 3}", i * 1.5, START + dt.timedelta(minutes=i)) for i in range(30)]
+    data = pa.table(
+        {
+            "id": pa.array([r[0] for r in rows], pa.int64()),
+            "card": pa.array([r[1] for r in rows], pa.string()),
+            "user_id": pa.array([r[2] for r in rows], pa.string()),
+            "amount": pa.array([r[3] for r in rows], pa.float64()),
+            "ts": pa.array([r[4] for r in rows], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    client = flight.FlightClient(FLIGHT)
+    hotgate_client.put(client, flight.FlightDescriptor.for_path("lake", "payments"), data, TOKEN)
+    status, report = hotgate_client.http("POST", "/v1/tables/lake.payments/tier", TOKEN)
+    assert status == 200, report
+    assert report["records"] == len(rows)
+
+    table = catalog().load_table("lake.payments")
+    assert [f.name for f in table.schema().fields] == ["id", "user_id", "amount", "ts"]
+    got = table.scan().to_arrow().sort_by("id")
+    assert got.column_names == ["id", "user_id", "amount", "ts"]
+    assert got.column("user_id").to_pylist() == [r[2] for r in rows]
+    assert got.column("amount").to_pylist() == [r[3] for r in rows]
+    assert [t.astimezone(dt.timezone.utc) for t in got.column("ts").to_pylist()] == [r[4] for r in rows]
+
+
 catalog = hotgate_client.iceberg_catalog
 
 

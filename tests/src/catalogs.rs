@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::server::free_addr;
 
-fn tool(name: &str) -> PathBuf {
+pub(crate) fn tool(name: &str) -> PathBuf {
     let root = std::env::var_os("HOTGATE_TOOLS").map_or_else(
         || {
             PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
@@ -34,7 +34,7 @@ fn tool(name: &str) -> PathBuf {
     bin
 }
 
-fn wait_listening(addr: std::net::SocketAddr, what: &str, log: &Path) {
+pub(crate) fn wait_listening(addr: std::net::SocketAddr, what: &str, log: &Path) {
     let start = Instant::now();
     while TcpStream::connect(addr).is_err() {
         assert!(

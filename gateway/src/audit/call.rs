@@ -92,6 +92,14 @@ impl CallAudit {
         }
     }
 
+    /// The audit of a write by the source `name` (a Kafka topic consumed into a
+    /// table), recorded with the principal `source:<name>`.
+    pub fn source(log: &Arc<AuditLog>, name: &str, action: &str) -> Self {
+        let mut audit = Self::system(log, action);
+        audit.record.principal = format!("source:{name}");
+        audit
+    }
+
     /// Durably records an action hotgate took on its own on `table` (retention, a
     /// deletion step): allowed, with the tiers it touched, the rows it affected and what
     /// it did in words (no data values).

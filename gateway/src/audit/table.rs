@@ -11,7 +11,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int64Type, TimestampMicrosecondType};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
-use hotgate_store::{ColumnSpec, ColumnType, TableName, TableSpec, TieringSpec, WriteRule};
+use hotgate_store::{ColumnType, TableName, TableSpec};
 
 use super::chain::{AuditRecord, Decision};
 
@@ -63,28 +63,7 @@ pub const LIST_COLUMNS: [&str; 5] = [
 /// are kept hot for `hot_retention` and, with tiering on, never dropped before they are
 /// tiered.
 pub fn audit_table_spec(hot_retention: std::time::Duration) -> TableSpec {
-    TableSpec {
-        namespace: hotgate_store::table_def::SYSTEM_NAMESPACE.to_owned(),
-        name: AUDIT_TABLE.to_owned(),
-        columns: COLUMNS
-            .iter()
-            .map(|(name, column_type, nullable)| ColumnSpec {
-                name: (*name).to_owned(),
-                column_type: *column_type,
-                nullable: *nullable,
-                tags: Vec::new(),
-                write: WriteRule::default(),
-                field_id: None,
-            })
-            .collect(),
-        time_column: Some("time".into()),
-        bucket_key: "principal".into(),
-        buckets: 1,
-        hot_retention,
-        cold_retention: None,
-        primary_key: None,
-        tiering: TieringSpec::default(),
-    }
+    TableSpec::system_log(AUDIT_TABLE, &COLUMNS, "principal", hot_retention)
 }
 
 /// Formats µs since the epoch the one way record times are written.

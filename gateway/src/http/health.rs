@@ -16,8 +16,11 @@ pub(super) async fn healthz() -> impl IntoResponse {
 pub(super) async fn metrics(State(state): State<Arc<GatewayState>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state
-            .metrics
-            .render(&state.store, &state.deletions, state.tierer.catalog()),
+        state.metrics.render(
+            &state.store,
+            &state.deletions,
+            state.tierer.catalog(),
+            &state.sources.statuses(),
+        ),
     )
 }

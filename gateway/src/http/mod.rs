@@ -19,6 +19,7 @@ mod deletions;
 mod grants;
 mod health;
 mod policies;
+mod sources;
 mod tables;
 mod tiering;
 
@@ -44,6 +45,7 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/v1/tables/{id}/boundary", get(tiering::tier_boundary))
         .route("/v1/tables/{id}/maintenance", post(tiering::maintain_table))
         .route("/v1/tables/{id}/access", get(tables::table_access))
+        .route("/v1/sources/{name}", get(sources::get_source))
         .route("/v1/deletions", post(deletions::create_deletion))
         .route("/v1/deletions/{id}", get(deletions::get_deletion))
         .route("/v1/grants", get(grants::get_grants))

@@ -16,5 +16,6 @@ mod retention;
 mod s3;
 mod schema;
 mod shutdown;
+mod sources;
 mod sql;
 mod tiering;

@@ -107,7 +107,15 @@ impl Log {
                     &arrow_array::BooleanArray::from(keep),
                 )?;
                 let frame = EncodedFrame::encode(&blanked, meta.min_event_ts, meta.max_event_ts)?;
-                frame.write_to(&mut out, meta.base_offset, meta.commit_ts);
+                // The frame's source marks stay: the log's marks may live only here.
+                let marks = crate::segment::read_marks(&file, &path, meta)?;
+                let trailer = marks.map(|m| m.encode_trailer());
+                frame.write_to(
+                    &mut out,
+                    meta.base_offset,
+                    meta.commit_ts,
+                    trailer.as_deref(),
+                );
             }
             if newly.is_empty() {
                 continue;

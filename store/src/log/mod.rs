@@ -40,8 +40,9 @@ use crate::error::{Result, StoreError};
 use crate::fs::{create_dir_durable, sync_dir};
 use crate::metrics::StoreMetrics;
 use crate::segment::{
-    EncodedFrame, FrameMeta, parse_segment_file_name, scan_segment, segment_path,
+    EncodedFrame, FrameMeta, parse_segment_file_name, read_marks, scan_segment, segment_path,
 };
+use crate::source_marks::SourceMarks;
 
 /// Queue depth per log before appenders wait (backpressure).
 const QUEUE_DEPTH: usize = 4096;
@@ -171,6 +172,9 @@ pub struct Log {
     /// Held by a row-deleting rewrite and by retention: they both replace or remove
     /// sealed segments.
     rewriting: tokio::sync::Mutex<()>,
+    /// The source marks of the durable frames (see [`crate::source_marks`]); the writer
+    /// raises them after each group commit.
+    marks: RwLock<SourceMarks>,
 }
 
 fn open_segment_files(path: &Path, create: bool) -> Result<(File, File)> {
@@ -183,6 +187,16 @@ fn open_segment_files(path: &Path, create: bool) -> Result<(File, File)> {
         .map_err(|e| StoreError::io(path, e))?;
     let reader = File::open(path).map_err(|e| StoreError::io(path, e))?;
     Ok((writer, reader))
+}
+
+/// The marks of the last marked frame, which holds those of every frame before it.
+fn last_marks(segments: &[SegmentEntry]) -> Result<SourceMarks> {
+    for seg in segments.iter().rev() {
+        if let Some(meta) = seg.frames.iter().rev().find(|f| f.flags != 0) {
+            return Ok(read_marks(&seg.file, &seg.path, meta)?.unwrap_or_default());
+        }
+    }
+    Ok(SourceMarks::default())
 }
 
 fn now_micros() -> i64 {
@@ -277,6 +291,7 @@ impl Log {
             active = a;
         }
 
+        let marks = last_marks(&segments)?;
         let (end, _) = watch::channel(active.next_offset);
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let log = Arc::new(Log {
@@ -287,6 +302,7 @@ impl Log {
             tx: Mutex::new(Some(tx)),
             task: Mutex::new(None),
             rewriting: tokio::sync::Mutex::new(()),
+            marks: RwLock::new(marks),
         });
         let task = tokio::spawn(writer_loop(
             Arc::clone(&log),
@@ -335,6 +351,12 @@ impl Log {
             }
         }
         pending
+    }
+
+    /// The source marks of the log's durable rows: per source and source partition,
+    /// the highest source offset they came from.
+    pub fn source_marks(&self) -> SourceMarks {
+        self.marks.read().clone()
     }
 
     /// Follows the durable end offset; it changes after every group commit.

@@ -263,8 +263,16 @@ async fn commit_group(
     let mut acks = Vec::with_capacity(appends.len());
     let mut offset = active.next_offset;
     let mut position = active.size;
+    // Each marked frame carries the log's marks after it: those durable, raised by the
+    // marked frames before it in this group. They are published only once durable.
+    let mut marks: Option<crate::source_marks::SourceMarks> = None;
     for (frame, ack) in appends {
-        let mut meta = frame.write_to(&mut buf, offset, commit_ts);
+        let trailer = frame.source.as_ref().map(|delta| {
+            let running = marks.get_or_insert_with(|| log.marks.read().clone());
+            running.merge(delta);
+            running.encode_trailer()
+        });
+        let mut meta = frame.write_to(&mut buf, offset, commit_ts, trailer.as_deref());
         meta.position = position;
         position += meta.frame_len();
         acks.push((ack, offset..meta.end_offset()));
@@ -316,6 +324,9 @@ async fn commit_group(
                 seg.push(m);
             }
         }
+    }
+    if let Some(marks) = marks {
+        *log.marks.write() = marks;
     }
     log.end.send_replace(offset);
     metrics.record_group_commit(group_size as u64, rows, total);

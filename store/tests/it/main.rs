@@ -8,4 +8,5 @@ mod inspect;
 mod primary_key;
 mod reads;
 mod retention;
+mod sources;
 mod writes;

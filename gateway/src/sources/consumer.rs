@@ -1,0 +1,564 @@
+//! One source at run time: a task per partition that fetches from the broker (rskafka),
+//! turns records into governed rows, and writes them with their source positions.
+//!
+//! A partition's loop is strictly sequential: it fetches from its next offset, writes
+//! the rows of that fetch (one commit group), waits until they are durable, and only
+//! then moves on. Memory stays bounded by one fetch per partition, and consumption
+//! slows by itself when the store's group commit falls behind (backpressure).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use hotgate_policy::WriteRules;
+use hotgate_store::{ChangeOp, HotTable, SourceRows};
+use parking_lot::Mutex;
+use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use rskafka::record::RecordAndOffset;
+use tokio_util::sync::CancellationToken;
+
+use super::checkpoint::Checkpoint;
+use super::config::{OnError, SourceConfig, StartAt};
+use super::decode::{Decoded, Incoming, Reject, RowDecoder};
+use super::rejects::Rejects;
+use super::status::{PartitionStatus, SourceState, SourceStatus};
+use crate::audit::CallAudit;
+use crate::error::{GatewayError, Result};
+use crate::state::GatewayState;
+
+/// Waits after a failure: the first, doubling up to the last.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// How often the positions file is written while records flow.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// What every partition task of one source shares.
+#[derive(Debug)]
+pub struct SourceRuntime {
+    pub config: SourceConfig,
+    pub checkpoint: Checkpoint,
+    pub status: Mutex<SourceStatus>,
+}
+
+impl SourceRuntime {
+    pub fn new(config: SourceConfig, checkpoint: Checkpoint) -> Self {
+        let status = SourceStatus::new(&config);
+        Self {
+            config,
+            checkpoint,
+            status: Mutex::new(status),
+        }
+    }
+
+    fn set_state(&self, state: SourceState, error: Option<String>) {
+        let mut status = self.status.lock();
+        status.state = state;
+        if error.is_some() || state == SourceState::Running {
+            status.last_error = error;
+        }
+    }
+
+    fn partition(&self, partition: i32, f: impl FnOnce(&mut PartitionStatus)) {
+        let mut status = self.status.lock();
+        let slot = match status
+            .partitions
+            .iter()
+            .position(|p| p.partition == partition)
+        {
+            Some(i) => i,
+            None => {
+                status.partitions.push(PartitionStatus::new(partition));
+                status.partitions.sort_by_key(|p| p.partition);
+                status
+                    .partitions
+                    .iter()
+                    .position(|p| p.partition == partition)
+                    .expect("just added")
+            }
+        };
+        f(&mut status.partitions[slot]);
+    }
+}
+
+/// Runs the source until `cancel`: connects, finds the topic's partitions, and runs a
+/// loop per partition. A failure to reach the broker or find the topic is retried with
+/// backoff and shown in the status.
+pub async fn run_source(
+    state: Arc<GatewayState>,
+    source: Arc<SourceRuntime>,
+    rejects: Arc<Rejects>,
+    cancel: CancellationToken,
+) {
+    let mut wait = FIRST_RETRY;
+    let partitions = loop {
+        match table_ready(&state, &source.config).and(Ok(())) {
+            Err(e @ GatewayError::InvalidArgument(_)) => {
+                tracing::error!(source = %source.config.name, "the source cannot run: {e}");
+                source.set_state(SourceState::Failed, Some(e.to_string()));
+                return;
+            }
+            Err(e) => {
+                source.set_state(SourceState::Waiting, Some(e.to_string()));
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            Ok(()) => {}
+        }
+        match connect(&source.config).await {
+            Ok(found) => break found,
+            Err(e) => {
+                tracing::warn!(source = %source.config.name, "cannot start the source: {e}");
+                source.set_state(SourceState::Waiting, Some(e.to_string()));
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(MAX_RETRY);
+    };
+    let (client, partitions) = partitions;
+    source.set_state(SourceState::Running, None);
+    let client = Arc::new(client);
+    let mut tasks = tokio::task::JoinSet::new();
+    for partition in partitions {
+        let task = PartitionTask {
+            state: Arc::clone(&state),
+            source: Arc::clone(&source),
+            rejects: Arc::clone(&rejects),
+            client: Arc::clone(&client),
+            partition,
+        };
+        let cancel = cancel.clone();
+        tasks.spawn(async move { task.run(cancel).await });
+    }
+    let mut flush = tokio::time::interval(CHECKPOINT_EVERY);
+    loop {
+        tokio::select! {
+            _ = flush.tick() => flush_positions(&source),
+            done = tasks.join_next() => match done {
+                None => break,
+                Some(Err(e)) => {
+                    tracing::error!(source = %source.config.name, "a partition task failed: {e}");
+                    source.set_state(SourceState::Failed, Some(format!("a partition task failed: {e}")));
+                }
+                Some(Ok(())) => {}
+            },
+        }
+    }
+    flush_positions(&source);
+    let mut status = source.status.lock();
+    if status.state == SourceState::Running {
+        status.state = SourceState::Stopped;
+    }
+}
+
+fn flush_positions(source: &SourceRuntime) {
+    if let Err(e) = source.checkpoint.flush() {
+        // Not fatal: the positions file only bounds what a restart fetches again.
+        tracing::warn!(source = %source.config.name, "cannot write the source's positions: {e}");
+    }
+}
+
+/// The source's table, if it exists and its records can become its rows.
+fn table_ready(state: &GatewayState, config: &SourceConfig) -> Result<Arc<HotTable>> {
+    let name = hotgate_store::TableName::parse(&config.table).map_err(|e| {
+        GatewayError::InvalidArgument(format!("sources.{}: table: {e}", config.name))
+    })?;
+    let table = state.store.table(&name).map_err(|_| {
+        GatewayError::NotFound(format!(
+            "sources.{}: table {name} does not exist yet",
+            config.name
+        ))
+    })?;
+    RowDecoder::new(&table.def(), &config.mapping, config.time_from, false)
+        .map_err(|e| GatewayError::InvalidArgument(format!("sources.{}: {e}", config.name)))?;
+    Ok(table)
+}
+
+/// The client, and the topic's partitions.
+async fn connect(config: &SourceConfig) -> Result<(Client, Vec<i32>)> {
+    let unavailable = |what: &str, e: rskafka::client::error::Error| {
+        GatewayError::Unavailable(format!(
+            "sources.{}: {what} ({}): {e}",
+            config.name,
+            config.brokers.join(",")
+        ))
+    };
+    let client = ClientBuilder::new(config.brokers.clone())
+        .client_id("hotgate")
+        .build()
+        .await
+        .map_err(|e| unavailable("cannot reach the brokers", e))?;
+    let topics = client
+        .list_topics()
+        .await
+        .map_err(|e| unavailable("cannot list the topics", e))?;
+    let topic = topics
+        .into_iter()
+        .find(|t| t.name == config.topic)
+        .ok_or_else(|| {
+            GatewayError::NotFound(format!(
+                "sources.{}: topic {:?} does not exist",
+                config.name, config.topic
+            ))
+        })?;
+    Ok((client, topic.partitions.into_iter().collect()))
+}
+
+struct PartitionTask {
+    state: Arc<GatewayState>,
+    source: Arc<SourceRuntime>,
+    rejects: Arc<Rejects>,
+    client: Arc<Client>,
+    partition: i32,
+}
+
+/// How a commit group ended.
+enum Group {
+    Written,
+    /// `on_error = "stop"` met a bad record: the rows before it are written, the
+    /// partition stops at it.
+    StoppedAt(Reject),
+}
+
+impl PartitionTask {
+    async fn run(self, cancel: CancellationToken) {
+        let name = self.source.config.name.clone();
+        let mut wait = FIRST_RETRY;
+        let mut client = None;
+        let mut next = None;
+        loop {
+            if cancel.is_cancelled() {
+                return;
+            }
+            let step = async {
+                if client.is_none() {
+                    client = Some(self.partition_client().await?);
+                }
+                let pc = client.as_ref().expect("set above");
+                if next.is_none() {
+                    next = Some(self.first_offset(pc).await?);
+                }
+                let from = next.expect("set above");
+                let (records, high_watermark) = self.fetch(pc, from).await?;
+                self.source.partition(self.partition, |p| {
+                    p.high_watermark = Some(high_watermark);
+                    p.next_offset = Some(from);
+                    p.lag = Some((high_watermark - from).max(0));
+                });
+                let records: Vec<RecordAndOffset> =
+                    records.into_iter().filter(|r| r.offset >= from).collect();
+                let Some(last) = records.last().map(|r| r.offset) else {
+                    return Ok::<_, GatewayError>(None);
+                };
+                let outcome = self.write_group(&records).await?;
+                let moved_to = match &outcome {
+                    Group::Written => last + 1,
+                    Group::StoppedAt(r) => r.offset,
+                };
+                next = Some(moved_to);
+                self.source.checkpoint.advance(self.partition, moved_to);
+                self.source.partition(self.partition, |p| {
+                    p.next_offset = Some(moved_to);
+                    p.lag = Some((high_watermark - moved_to).max(0));
+                });
+                Ok(Some(outcome))
+            };
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = step => r,
+            };
+            match result {
+                Ok(Some(Group::StoppedAt(reject))) => {
+                    let reason = format!(
+                        "stopped at partition {} offset {}: {}",
+                        reject.partition, reject.offset, reject.reason
+                    );
+                    tracing::error!(source = %name, "{reason}");
+                    self.source.set_state(SourceState::Failed, Some(reason));
+                    return;
+                }
+                Ok(_) => wait = FIRST_RETRY,
+                Err(e) => {
+                    tracing::warn!(source = %name, partition = self.partition, "retrying: {e}");
+                    // Go on from the stored position (moved past records the broker
+                    // deleted, where that was the failure).
+                    next = None;
+                    self.source.partition(self.partition, |p| {
+                        p.last_error = Some(e.to_string());
+                    });
+                    if matches!(e, GatewayError::Unavailable(_)) {
+                        client = None;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    wait = (wait * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }
+
+    async fn partition_client(&self) -> Result<PartitionClient> {
+        self.client
+            .partition_client(
+                self.source.config.topic.clone(),
+                self.partition,
+                UnknownTopicHandling::Retry,
+            )
+            .await
+            .map_err(|e| {
+                GatewayError::Unavailable(format!(
+                    "sources.{}: partition {}: {e}",
+                    self.source.config.name, self.partition
+                ))
+            })
+    }
+
+    /// Where the partition goes on: its stored position, else the configured start,
+    /// which is stored before anything is fetched (a restart must not start again
+    /// from `latest` and skip what came in between).
+    async fn first_offset(&self, pc: &PartitionClient) -> Result<i64> {
+        if let Some(next) = self.source.checkpoint.next(self.partition) {
+            return Ok(next);
+        }
+        let at = match self.source.config.start {
+            StartAt::Earliest => OffsetAt::Earliest,
+            StartAt::Latest => OffsetAt::Latest,
+            StartAt::Time(us) => {
+                OffsetAt::Timestamp(chrono::DateTime::from_timestamp_micros(us).unwrap_or_default())
+            }
+        };
+        let next = pc.get_offset(at).await.map_err(|e| self.broker_error(e))?;
+        self.source.checkpoint.advance(self.partition, next);
+        self.source.checkpoint.flush()?;
+        Ok(next)
+    }
+
+    async fn fetch(&self, pc: &PartitionClient, from: i64) -> Result<(Vec<RecordAndOffset>, i64)> {
+        let config = &self.source.config;
+        let max_bytes = i32::try_from(config.fetch_max_bytes).unwrap_or(i32::MAX);
+        let wait_ms = i32::try_from(config.fetch_max_wait.as_millis()).unwrap_or(i32::MAX);
+        match pc.fetch_records(from, 1..max_bytes, wait_ms).await {
+            Ok(fetched) => Ok(fetched),
+            Err(rskafka::client::error::Error::ServerError {
+                protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+                ..
+            }) => {
+                // The broker no longer has `from` (retention ran past it), or never had
+                // it. Records below its earliest offset are gone from Kafka: go on from
+                // there, and say how many were lost.
+                let earliest = pc
+                    .get_offset(OffsetAt::Earliest)
+                    .await
+                    .map_err(|e| self.broker_error(e))?;
+                if earliest > from {
+                    let lost = earliest - from;
+                    tracing::error!(
+                        source = %config.name, partition = self.partition,
+                        "offsets {from}..{earliest} were deleted by the broker before hotgate read them"
+                    );
+                    self.source.partition(self.partition, |p| {
+                        p.lost_offsets += lost as u64;
+                        p.last_error = Some(format!(
+                            "offsets {from}..{earliest} were deleted by the broker before hotgate read them"
+                        ));
+                    });
+                    self.source.checkpoint.advance(self.partition, earliest);
+                    self.source.checkpoint.flush()?;
+                    return Err(GatewayError::NotFound(format!(
+                        "offset {from} is below the partition's earliest ({earliest}); going on from there"
+                    )));
+                }
+                Err(GatewayError::InvalidArgument(format!(
+                    "sources.{}: partition {} has no offset {from}: the topic was recreated or \
+                     truncated; hotgate will not guess where to go on",
+                    config.name, self.partition
+                )))
+            }
+            Err(e) => Err(self.broker_error(e)),
+        }
+    }
+
+    fn broker_error(&self, e: rskafka::client::error::Error) -> GatewayError {
+        GatewayError::Unavailable(format!(
+            "sources.{}: partition {}: {e}",
+            self.source.config.name, self.partition
+        ))
+    }
+
+    /// Writes the rows of one fetch (and its rejects) and returns once they are
+    /// durable. A failure leaves the partition's position where it was: the retry
+    /// fetches the same records, and the source marks skip what was written.
+    async fn write_group(&self, records: &[RecordAndOffset]) -> Result<Group> {
+        let table = self.state.store.table(&self.source_table()?)?;
+        let def = table.def();
+        let config = &self.source.config;
+        let incoming: Vec<Incoming> = records
+            .iter()
+            .map(|r| Incoming {
+                partition: self.partition,
+                offset: r.offset,
+                timestamp: r.record.timestamp.timestamp_micros(),
+                key: r.record.key.clone(),
+                value: r.record.value.clone(),
+            })
+            .collect();
+        let rules = crate::governance::Governance::write_rules(&def);
+        let values = RowDecoder::new(&def, &config.mapping, config.time_from, false)
+            .map_err(GatewayError::InvalidArgument)?;
+        let keys = if table.is_primary_key() {
+            Some(
+                RowDecoder::new(&def, &config.mapping, config.time_from, true)
+                    .map_err(GatewayError::InvalidArgument)?,
+            )
+        } else {
+            None
+        };
+        // A primary-key table takes runs of upserts and of tombstones, in record order.
+        let runs: Vec<(bool, &[Incoming])> = if table.is_primary_key() {
+            incoming
+                .chunk_by(|a, b| a.value.is_some() == b.value.is_some())
+                .map(|run| (run[0].value.is_none(), run))
+                .collect()
+        } else {
+            vec![(false, incoming.as_slice())]
+        };
+        let mut stopped = None;
+        let mut written = 0u64;
+        let mut group_rejects = Vec::new();
+        for (tombstones, run) in runs {
+            // A tombstone's Kafka key holds the key columns, as a JSON object.
+            let (decoder, decoded) = match (&keys, tombstones) {
+                (Some(keys), true) => (keys, keys.decode(run, |r| r.key.as_deref())),
+                _ => (&values, values.decode(run, |r| r.value.as_deref())),
+            };
+            let Decoded {
+                batch,
+                mut positions,
+                mut rejects,
+            } = decoded;
+            let mut batch = batch;
+            if config.on_error == OnError::Stop
+                && let Some(first) = rejects.first().cloned()
+            {
+                // Only the rows before the bad record.
+                let keep = positions.iter().take_while(|p| p.1 < first.offset).count();
+                positions.truncate(keep);
+                batch = batch.map(|b| b.slice(0, keep));
+                rejects.clear();
+                stopped = Some(first);
+            }
+            group_rejects.extend(rejects);
+            if let Some(batch) = batch.filter(|b| b.num_rows() > 0) {
+                let stamps = if decoder.takes_timestamps() {
+                    timestamps_of(run, &positions)
+                } else {
+                    Vec::new()
+                };
+                let batch = decoder.into_table_rows(batch, &stamps);
+                written += self
+                    .write_rows(&table, &rules, batch, &positions, tombstones)
+                    .await?;
+            }
+            if stopped.is_some() {
+                break;
+            }
+        }
+        if !group_rejects.is_empty() {
+            self.rejects
+                .record(&config.name, &config.topic, &group_rejects)
+                .await?;
+        }
+        let first = records.first().map_or(0, |r| r.offset);
+        let last = records.last().map_or(0, |r| r.offset);
+        self.source.partition(self.partition, |p| {
+            p.records += records.len() as u64;
+            p.rows += written;
+            p.rejected += group_rejects.len() as u64;
+            p.last_error = None;
+        });
+        tracing::debug!(source = %config.name, partition = self.partition, first, last, written, "commit group");
+        Ok(match stopped {
+            Some(reject) => Group::StoppedAt(reject),
+            None => Group::Written,
+        })
+    }
+
+    /// Applies the write rules, records the write, and writes the rows with their
+    /// positions; returns the rows written (those not written before).
+    async fn write_rows(
+        &self,
+        table: &Arc<HotTable>,
+        rules: &WriteRules,
+        batch: RecordBatch,
+        positions: &[(i32, i64)],
+        tombstones: bool,
+    ) -> Result<u64> {
+        let config = &self.source.config;
+        let governed = rules.apply(&batch, self.state.governance.hash_key())?;
+        let rows = SourceRows {
+            source: &config.name,
+            positions,
+        };
+        // The write is on record before its rows are stored; an audit that cannot be
+        // written stops the write (the group is retried).
+        let mut audit = CallAudit::source(&self.state.audit, &config.name, "write");
+        audit.set_table(table.def().name());
+        audit.set_rows(positions.len() as u64);
+        audit.set_reason(format!(
+            "topic {} partition {} offsets {}..={}",
+            config.topic,
+            self.partition,
+            positions.first().map_or(0, |p| p.1),
+            positions.last().map_or(0, |p| p.1)
+        ));
+        audit.allow_once().await?;
+        let started = Instant::now();
+        let written = if !table.is_primary_key() {
+            table.append_from_source(&governed, rows).await?.rows
+        } else if tombstones {
+            table
+                .write_changes_from_source(&governed, ChangeOp::Delete, rows)
+                .await?
+                .rows
+        } else {
+            table
+                .write_changes_from_source(&governed, ChangeOp::Upsert, rows)
+                .await?
+                .rows
+        };
+        self.source.partition(self.partition, |p| {
+            p.duplicates_skipped += positions.len() as u64 - written;
+            p.last_commit_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+        });
+        Ok(written)
+    }
+
+    fn source_table(&self) -> Result<hotgate_store::TableName> {
+        hotgate_store::TableName::parse(&self.source.config.table)
+            .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))
+    }
+}
+
+/// The record timestamps of the rows at `positions` (a subsequence of `run`, in order).
+fn timestamps_of(run: &[Incoming], positions: &[(i32, i64)]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(positions.len());
+    let mut records = run.iter();
+    for (_, offset) in positions {
+        for r in records.by_ref() {
+            if r.offset == *offset {
+                out.push(r.timestamp);
+                break;
+            }
+        }
+    }
+    out
+}

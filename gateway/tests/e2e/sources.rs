@@ -1,0 +1,396 @@
+//! Kafka topics into hot tables (`[[sources]]`), against a real Kafka-protocol broker
+//! (tansu, [`hotgate_testkit::kafka`]) with records produced by confluent-kafka from
+//! PyPI: exactly once across kill -9, write rules applied before disk, bad records in
+//! `_system.rejects`, primary-key tables as the fold of the topic, and lag on
+//! `/metrics`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+
+use crate::harness::*;
+use crate::pyarrow_client::venv_python;
+
+fn kafka_tool() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/kafka_tool.py")
+}
+
+fn create_topic(broker: &KafkaBroker, topic: &str, partitions: u32) {
+    let out = Command::new(venv_python())
+        .arg(kafka_tool())
+        .args([
+            "create-topic",
+            &broker.bootstrap,
+            topic,
+            &partitions.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "create-topic: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+}
+
+/// Produces `records` (see `kafka_tool.py` for their shape) and returns how many the
+/// broker acknowledged.
+fn produce(broker: &KafkaBroker, topic: &str, records: &[serde_json::Value]) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("records.jsonl");
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&r.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(venv_python())
+        .arg(kafka_tool())
+        .args(["produce", &broker.bootstrap, topic])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "produce: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The event time of every record: now, within the store's event-time bounds.
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339()
+}
+
+const CARD_SENTINEL: &str = "4111-SENTINEL-CARD";
+
+/// Order `id` on partition `id % partitions`, with a card number (a `drop` column) and
+/// an email (a `hash` column).
+fn order(id: i64, partitions: i64) -> serde_json::Value {
+    serde_json::json!({
+        "partition": id % partitions,
+        "key": id.to_string(),
+        "value": {
+            "id": id,
+            "customer": format!("c{}", id % 13),
+            "card": format!("{CARD_SENTINEL}-{id}"),
+            "email": format!("user{}@example.com", id % 5),
+            "amount": id as f64 / 4.0,
+            "ts": now(),
+        }
+    })
+}
+
+fn orders_spec() -> serde_json::Value {
+    serde_json::json!({
+        "namespace": "app", "name": "orders",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "customer", "type": "string", "nullable": false},
+            {"name": "card", "type": "string", "write": "drop"},
+            {"name": "email", "type": "string", "write": "hash"},
+            {"name": "amount", "type": "float64"},
+            {"name": "ts", "type": "timestamp_us", "nullable": false}
+        ],
+        "time_column": "ts", "bucket_key": "customer", "buckets": 4,
+        "hot_retention": "30d"
+    })
+}
+
+/// A config file in `dir` with one source from `topic` into `table`.
+fn source_config(dir: &Path, broker: &KafkaBroker, topic: &str, table: &str) -> PathBuf {
+    let path = std::path::absolute(dir).unwrap().join("hotgate.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[sources]]\nname = \"{topic}\"\nbrokers = [\"{}\"]\ntopic = \"{topic}\"\n\
+             table = \"{table}\"\nfetch_max_bytes = 65536\n",
+            broker.bootstrap
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn order_ids(server: &Server, token: &Caller) -> Vec<i64> {
+    let batches = token
+        .get(serde_json::json!({"table": "app.orders", "columns": ["id"]}))
+        .await
+        .unwrap_or_else(|s| panic!("scan: {s}"));
+    let mut ids = ints(&batches, "id");
+    ids.sort_unstable();
+    let _ = server;
+    ids
+}
+
+/// Waits until the source's status says every partition has no lag, and returns it.
+async fn caught_up(token: &Caller, name: &str, expected_rows: usize) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = token
+            .http(Method::GET, &format!("/v1/sources/{name}"), None)
+            .await;
+        if status == 200 {
+            let partitions = body["partitions"].as_array().cloned().unwrap_or_default();
+            let rows: u64 = partitions
+                .iter()
+                .map(|p| p["rows"].as_u64().unwrap_or(0))
+                .sum();
+            let done = !partitions.is_empty()
+                && partitions.iter().all(|p| p["lag"] == 0)
+                && rows as usize >= expected_rows;
+            if done {
+                return body;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the source never caught up: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_arrives_once_governed_with_bad_records_rejected() {
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "orders", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let config = source_config(dir.path(), &broker, "orders", "app.orders");
+    let server = Launch::new(dir.path()).config(&config).start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+
+    let mut records: Vec<serde_json::Value> = (0..2000).map(|id| order(id, 4)).collect();
+    // Bad records between good ones: a wrong type, a missing non-nullable field, not
+    // JSON at all.
+    records.push(serde_json::json!({"partition": 1, "key": "x", "value": {"id": "seven", "customer": "c", "ts": now()}}));
+    records
+        .push(serde_json::json!({"partition": 2, "key": "y", "value": {"id": 9001, "ts": now()}}));
+    records.push(serde_json::json!({"partition": 3, "key": "z", "raw": "{not json"}));
+    records.extend((2000..2100).map(|id| order(id, 4)));
+    assert_eq!(produce(&broker, "orders", &records), records.len());
+
+    let status = caught_up(&token, "orders", 2100).await;
+    assert_eq!(status["state"], "running", "{status}");
+    assert_eq!(
+        order_ids(&server, &token).await,
+        (0..2100).collect::<Vec<_>>()
+    );
+    let rejected: u64 = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rejected"].as_u64().unwrap())
+        .sum();
+    assert_eq!(rejected, 3, "{status}");
+
+    // The rejects, with their positions and reasons, and no payload bytes.
+    let admin = server.caller("root", &["admin"]);
+    let rejects = admin
+        .get(serde_json::json!({"table": "_system.rejects"}))
+        .await
+        .unwrap();
+    assert_eq!(row_count(&rejects), 3);
+    let mut partitions: Vec<i64> = string_values(&rejects, "partition")
+        .into_iter()
+        .map(|p| p.unwrap().parse().unwrap())
+        .collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, vec![1, 2, 3]);
+    for reason in string_values(&rejects, "reason") {
+        let reason = reason.unwrap();
+        assert!(!reason.is_empty());
+        assert!(
+            !reason.contains("seven") && !reason.contains("not json"),
+            "{reason}"
+        );
+    }
+
+    // Governed on the way in: the drop column's sentinel is in no file under the data
+    // directory; the hash column holds the HMAC under the gateway's key.
+    let leaked = files_containing(dir.path(), CARD_SENTINEL.as_bytes());
+    assert!(leaked.is_empty(), "{leaked:?}");
+    let key = std::fs::read_to_string(dir.path().join("hash.key")).unwrap();
+    let key = hotgate_policy::HashKey::from_hex(&key).unwrap();
+    let rows = token
+        .get(serde_json::json!({"table": "app.orders", "columns": ["id", "email"], "filter": "id = 7"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        string_values(&rows, "email"),
+        vec![Some(key.hmac_hex(b"user2@example.com"))]
+    );
+
+    // The write is audited as the source, a record per commit group.
+    let (status, audit) = admin
+        .http(
+            Method::GET,
+            "/v1/audit?principal=source:orders&limit=1000",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{audit}");
+    let records = audit["records"].as_array().cloned().unwrap_or_default();
+    assert!(!records.is_empty(), "{audit}");
+    assert!(
+        records.len() < 2100,
+        "one record per commit group, not per record"
+    );
+
+    // Lag is on /metrics, and 0 once caught up.
+    let metrics = server.metrics().await;
+    for p in 0..4 {
+        assert!(
+            metrics.contains(&format!(
+                "hotgate_source_lag{{partition=\"{p}\",source=\"orders\"}} 0"
+            )),
+            "{metrics}"
+        );
+    }
+    server.terminate();
+}
+
+/// 200,000 records across 4 partitions, hotgate killed with kill -9 five times while it
+/// consumes: afterwards the table holds every record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_across_kills_while_consuming() {
+    const RECORDS: i64 = 200_000;
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "orders", 4);
+    let records: Vec<serde_json::Value> = (0..RECORDS).map(|id| order(id, 4)).collect();
+    assert_eq!(produce(&broker, "orders", &records), RECORDS as usize);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = source_config(dir.path(), &broker, "orders", "app.orders");
+    let (flight, http) = (free_addr(), free_addr());
+    let start = |dir: &Path| Launch::new(dir).config(&config).addrs(flight, http).start();
+    let server = start(dir.path());
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+    let mut server = server;
+    let mut rng_state = 0x9e37_79b9_u64;
+    let mut tiered = 0;
+    for kill in 0..5 {
+        // A pseudo-random moment: 300–2500 ms into consuming.
+        rng_state = rng_state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let wait = 300 + (rng_state >> 33) % 2200;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if kill == 2 {
+            // Part of what has arrived goes to the cold tier while the source consumes,
+            // so that the count below spans both tiers.
+            tiered += tier_now(&server).await;
+        }
+        let (_, status) = token
+            .at(&server)
+            .http(Method::GET, "/v1/sources/orders", None)
+            .await;
+        eprintln!("kill {kill} after {wait} ms: {status}");
+        server.kill9();
+        server = start(dir.path());
+    }
+    let token = token.at(&server);
+    let status = caught_up(&token, "orders", 0).await;
+    assert!(tiered > 0, "the cycle during consuming tiered nothing");
+    tiered += tier_now(&server).await;
+    assert_eq!(
+        tiered, RECORDS as u64,
+        "the cold tier holds each record once"
+    );
+    let ids = order_ids(&server, &token).await;
+    assert_eq!(ids.len(), RECORDS as usize, "{status}");
+    assert_eq!(ids, (0..RECORDS).collect::<Vec<_>>());
+    server.terminate();
+}
+
+/// Forces a tiering cycle of `app.orders` and returns how many records it tiered.
+async fn tier_now(server: &Server) -> u64 {
+    let admin = server.caller("root", &["admin"]);
+    let report = admin
+        .http_ok(Method::POST, "/v1/tables/app.orders/tier", None)
+        .await;
+    report["records"].as_u64().unwrap()
+}
+
+/// A primary-key table fed with upserts and tombstones (null values, keyed by the Kafka
+/// key) equals the fold of the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_key_table_is_the_fold_of_its_topic() {
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "users", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let config = source_config(dir.path(), &broker, "users", "app.users");
+    let server = Launch::new(dir.path()).config(&config).start();
+    let token = server.caller("alice", &["analyst"]);
+    token
+        .create_table(serde_json::json!({
+            "namespace": "app", "name": "users",
+            "columns": [
+                {"name": "id", "type": "int64", "nullable": false},
+                {"name": "name", "type": "string", "nullable": false},
+                {"name": "ts", "type": "timestamp_us", "nullable": false}
+            ],
+            "time_column": "ts", "bucket_key": "id", "buckets": 2, "primary_key": ["id"]
+        }))
+        .await;
+    // 40 keys, three rounds of upserts, a tombstone for every key divisible by 3 between
+    // rounds two and three, and for every key divisible by 5 after round three.
+    let mut records = Vec::new();
+    let mut fold = std::collections::BTreeMap::new();
+    let upsert = |id: i64, round: i64| {
+        serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"),
+            "value": {"id": id, "name": format!("n{id}-r{round}"), "ts": now()}})
+    };
+    let tombstone = |id: i64| serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"), "value": null});
+    for round in 0..3 {
+        if round == 2 {
+            for id in (0..40).filter(|id| id % 3 == 0) {
+                records.push(tombstone(id));
+                fold.remove(&id);
+            }
+        }
+        for id in 0..40 {
+            records.push(upsert(id, round));
+            fold.insert(id, format!("n{id}-r{round}"));
+        }
+    }
+    for id in (0..40).filter(|id| id % 5 == 0) {
+        records.push(tombstone(id));
+        fold.remove(&id);
+    }
+    assert_eq!(produce(&broker, "users", &records), records.len());
+    caught_up(&token, "users", 0).await;
+    // The source catches up on both partitions: wait for the state to settle.
+    let start = Instant::now();
+    loop {
+        let (status, body) = token.http(Method::GET, "/v1/sources/users", None).await;
+        let records_taken: u64 = body["partitions"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| p["records"].as_u64().unwrap_or(0)).sum())
+            .unwrap_or(0);
+        if records_taken as usize == records.len() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{status} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rows = token
+        .get(serde_json::json!({"table": "app.users", "columns": ["id", "name"]}))
+        .await
+        .unwrap();
+    let mut current: Vec<(i64, String)> = int64_values(&rows, "id")
+        .into_iter()
+        .zip(string_values(&rows, "name").into_iter().map(Option::unwrap))
+        .collect();
+    current.sort();
+    let expected: Vec<(i64, String)> = fold.into_iter().collect();
+    assert_eq!(current, expected);
+    server.terminate();
+}
