@@ -10,7 +10,7 @@
 //! depends on another:
 //!
 //! ```text
-//! mod (router) ── tables, tiering, deletions, grants, policies, audit, health ── call
+//! mod (router) ── tables, tiering, sources, deletions, grants, policies, audit, health ── call
 //! ```
 
 mod audit;
@@ -45,7 +45,16 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/v1/tables/{id}/boundary", get(tiering::tier_boundary))
         .route("/v1/tables/{id}/maintenance", post(tiering::maintain_table))
         .route("/v1/tables/{id}/access", get(tables::table_access))
-        .route("/v1/sources/{name}", get(sources::get_source))
+        .route(
+            "/v1/sources",
+            get(sources::list_sources).post(sources::create_source),
+        )
+        .route(
+            "/v1/sources/{name}",
+            get(sources::get_source).delete(sources::delete_source),
+        )
+        .route("/v1/sources/{name}/pause", post(sources::pause_source))
+        .route("/v1/sources/{name}/resume", post(sources::resume_source))
         .route("/v1/deletions", post(deletions::create_deletion))
         .route("/v1/deletions/{id}", get(deletions::get_deletion))
         .route("/v1/grants", get(grants::get_grants))

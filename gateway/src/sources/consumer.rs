@@ -22,7 +22,7 @@ use super::checkpoint::Checkpoint;
 use super::config::{OnError, SourceConfig, StartAt};
 use super::decode::{Decoded, Incoming, Reject, RowDecoder};
 use super::rejects::Rejects;
-use super::status::{PartitionStatus, SourceState, SourceStatus};
+use super::status::{Origin, PartitionStatus, SourceState, SourceStatus};
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
@@ -42,8 +42,8 @@ pub struct SourceRuntime {
 }
 
 impl SourceRuntime {
-    pub fn new(config: SourceConfig, checkpoint: Checkpoint) -> Self {
-        let status = SourceStatus::new(&config);
+    pub fn new(config: SourceConfig, checkpoint: Checkpoint, origin: Origin) -> Self {
+        let status = SourceStatus::new(&config, origin);
         Self {
             config,
             checkpoint,
@@ -51,7 +51,7 @@ impl SourceRuntime {
         }
     }
 
-    fn set_state(&self, state: SourceState, error: Option<String>) {
+    pub(super) fn set_state(&self, state: SourceState, error: Option<String>) {
         let mut status = self.status.lock();
         status.state = state;
         if error.is_some() || state == SourceState::Running {
@@ -166,7 +166,7 @@ fn flush_positions(source: &SourceRuntime) {
 }
 
 /// The source's table, if it exists and its records can become its rows.
-fn table_ready(state: &GatewayState, config: &SourceConfig) -> Result<Arc<HotTable>> {
+pub(super) fn table_ready(state: &GatewayState, config: &SourceConfig) -> Result<Arc<HotTable>> {
     let name = hotgate_store::TableName::parse(&config.table).map_err(|e| {
         GatewayError::InvalidArgument(format!("sources.{}: table: {e}", config.name))
     })?;

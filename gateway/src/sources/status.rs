@@ -14,6 +14,18 @@ pub enum SourceState {
     Stopped,
     /// Halted: `on_error = "stop"` met a bad record, or a partition task failed.
     Failed,
+    /// Paused through the API; kept across restarts until resumed.
+    Paused,
+}
+
+/// Where a source was declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// `[[sources]]` in the config file: changed there, not through the API.
+    Config,
+    /// `POST /v1/sources`.
+    Api,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -21,17 +33,19 @@ pub struct SourceStatus {
     pub name: String,
     pub topic: String,
     pub table: String,
+    pub origin: Origin,
     pub state: SourceState,
     pub last_error: Option<String>,
     pub partitions: Vec<PartitionStatus>,
 }
 
 impl SourceStatus {
-    pub fn new(config: &SourceConfig) -> Self {
+    pub fn new(config: &SourceConfig, origin: Origin) -> Self {
         Self {
             name: config.name.clone(),
             topic: config.topic.clone(),
             table: config.table.clone(),
+            origin,
             state: SourceState::Waiting,
             last_error: None,
             partitions: Vec::new(),

@@ -394,3 +394,150 @@ async fn a_primary_key_table_is_the_fold_of_its_topic() {
     assert_eq!(current, expected);
     server.terminate();
 }
+
+/// Waits until `app.orders` holds at least `n` rows and returns their ids, sorted.
+async fn wait_for_orders(server: &Server, token: &Caller, n: usize) -> Vec<i64> {
+    let start = Instant::now();
+    loop {
+        let ids = order_ids(server, token).await;
+        if ids.len() >= n {
+            return ids;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{} of {n} rows arrived",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sources managed through `/v1/sources`: bad bodies and unauthorized callers change
+/// nothing, a paused source takes nothing (across a restart, too) and catches up once
+/// resumed, exactly once; a deleted source stays deleted; a source of the config file
+/// is removed there, not through the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_are_created_paused_resumed_and_deleted_through_the_api() {
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "orders", 2);
+    create_topic(&broker, "legacy", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let config = source_config(dir.path(), &broker, "legacy", "app.orders");
+    let (flight, http) = (free_addr(), free_addr());
+    let start = |dir: &Path| Launch::new(dir).config(&config).addrs(flight, http).start();
+    let server = start(dir.path());
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+    let managed = dir.path().join("sources/managed.json");
+    let source = serde_json::json!({
+        "name": "orders", "brokers": [broker.bootstrap], "topic": "orders",
+        "table": "app.orders", "fetch_max_bytes": 65536
+    });
+
+    // Bad input: an unknown setting, a bad name, no table. Each is a 400 that names the
+    // problem, and nothing is written.
+    let mut unknown = source.clone();
+    unknown["fetch_everything"] = true.into();
+    let mut bad_name = source.clone();
+    bad_name["name"] = "Orders!".into();
+    for (body, says) in [
+        (unknown, "fetch_everything"),
+        (bad_name, "name"),
+        (serde_json::json!({"name": "orders"}), "table"),
+    ] {
+        let (status, answer) = token.http_post("/v1/sources", body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.to_string().contains(says), "{answer}");
+    }
+    assert!(!managed.exists(), "a refused source wrote its settings");
+    // A table that does not exist is named.
+    let mut elsewhere = source.clone();
+    elsewhere["table"] = "app.nothing".into();
+    let (status, answer) = token.http_post("/v1/sources", elsewhere).await;
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer.to_string().contains("app.nothing"), "{answer}");
+    // A caller who may not write the table is refused, and the refusal is audited.
+    let ann = server.caller("ann", &["auditors"]);
+    let (status, answer) = ann.http_post("/v1/sources", source.clone()).await;
+    assert!(status == 403 || status == 404, "{status} {answer}");
+    assert!(!managed.exists(), "an unauthorized caller wrote settings");
+    let admin = server.caller("root", &["admin"]);
+    let denials = admin.audit_records("principal=ann").await;
+    assert!(
+        denials.iter().any(|r| r["action"] == "create_source"),
+        "{denials:?}"
+    );
+
+    // Created: 201, and a second time 409.
+    let (status, created) = token.http_post("/v1/sources", source.clone()).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["origin"], "api", "{created}");
+    let (status, again) = token.http_post("/v1/sources", source.clone()).await;
+    assert_eq!(status, 409, "{again}");
+    // Another caller without the grant sees no such source.
+    let (status, _) = ann.http(Method::GET, "/v1/sources/orders", None).await;
+    assert_eq!(status, 404);
+    let (status, _) = ann
+        .http(Method::POST, "/v1/sources/orders/pause", None)
+        .await;
+    assert_eq!(status, 404);
+
+    let records: Vec<serde_json::Value> = (0..500).map(|id| order(id, 2)).collect();
+    assert_eq!(produce(&broker, "orders", &records), 500);
+    assert_eq!(
+        wait_for_orders(&server, &token, 500).await,
+        (0..500).collect::<Vec<_>>()
+    );
+
+    // Paused: what is produced meanwhile stays in Kafka, across a restart too.
+    let paused = token
+        .http_ok(Method::POST, "/v1/sources/orders/pause", None)
+        .await;
+    assert_eq!(paused["state"], "paused", "{paused}");
+    let records: Vec<serde_json::Value> = (500..1000).map(|id| order(id, 2)).collect();
+    assert_eq!(produce(&broker, "orders", &records), 500);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(order_ids(&server, &token).await.len(), 500);
+    server.terminate();
+    let server = start(dir.path());
+    let token = token.at(&server);
+    let status = token.http_get("/v1/sources/orders").await;
+    assert_eq!(status["state"], "paused", "{status}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(order_ids(&server, &token).await.len(), 500);
+
+    // Resumed: it catches up, each record once.
+    let resumed = token
+        .http_ok(Method::POST, "/v1/sources/orders/resume", None)
+        .await;
+    assert_ne!(resumed["state"], "paused", "{resumed}");
+    let ids = wait_for_orders(&server, &token, 1000).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ids, (0..1000).collect::<Vec<_>>());
+    assert_eq!(order_ids(&server, &token).await.len(), 1000);
+
+    // The config file's source is not the API's to delete.
+    let (status, answer) = token.http(Method::DELETE, "/v1/sources/legacy", None).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("config file"), "{answer}");
+    // Deleted, and still deleted after a restart.
+    let (status, _) = token.http(Method::DELETE, "/v1/sources/orders", None).await;
+    assert_eq!(status, 204);
+    let (status, _) = token.http(Method::GET, "/v1/sources/orders", None).await;
+    assert_eq!(status, 404);
+    server.terminate();
+    let server = start(dir.path());
+    let token = token.at(&server);
+    let (status, _) = token.http(Method::GET, "/v1/sources/orders", None).await;
+    assert_eq!(status, 404);
+    let list = token.http_get("/v1/sources").await;
+    let names: Vec<&str> = list["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["legacy"], "{list}");
+    assert_eq!(order_ids(&server, &token).await.len(), 1000);
+    server.terminate();
+}
