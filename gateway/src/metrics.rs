@@ -134,7 +134,7 @@ impl GatewayMetrics {
             IntCounterVec::new(
                 Opts::new(
                     "hotgate_source_records_total",
-                    "Records taken from Kafka by source and outcome (rows, rejected, duplicate)",
+                    "Records taken from Kafka by source and outcome (rows, rejected, duplicate, erased)",
                 ),
                 &["source", "outcome"],
             ),
@@ -191,7 +191,7 @@ impl GatewayMetrics {
         sources: &[crate::sources::SourceStatus],
     ) -> String {
         for source in sources {
-            let mut totals = [0u64; 3];
+            let mut totals = [0u64; 4];
             for p in &source.partitions {
                 self.source_lag
                     .with_label_values(&[source.name.as_str(), &p.partition.to_string()])
@@ -199,8 +199,10 @@ impl GatewayMetrics {
                 totals[0] += p.rows;
                 totals[1] += p.rejected;
                 totals[2] += p.duplicates_skipped;
+                totals[3] += p.erased;
             }
-            for (outcome, count) in ["rows", "rejected", "duplicate"].into_iter().zip(totals) {
+            let outcomes = ["rows", "rejected", "duplicate", "erased"];
+            for (outcome, count) in outcomes.into_iter().zip(totals) {
                 let counter = self
                     .source_records
                     .with_label_values(&[source.name.as_str(), outcome]);

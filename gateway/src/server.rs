@@ -201,6 +201,7 @@ pub async fn run(
         tierer: Arc::clone(&tierer),
         audit: Arc::clone(&audit),
         hash_key: governance.hash_key().clone(),
+        sources: Arc::clone(&sources) as Arc<dyn crate::deletion::SourcePositions>,
     };
     background.spawn("deletion driver", |cancel| {
         crate::deletion::drive(steps, cancel)

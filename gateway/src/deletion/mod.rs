@@ -7,10 +7,10 @@
 //! The modules depend one way, each only on those before it:
 //!
 //! ```text
-//! request ── suppression ── registry ── steps ── verify ── driver
-//! (body,      (the filter    (records,    (hot,     (the      (backoff,
-//!  targets)    reads use)     receipt)     cold,     proof)    retryable
-//!                                          purge)              kinds)
+//! request ── suppression ── ingest ── registry ── steps ── verify ── driver
+//! (body,      (the filter    (what      (records,    (hot,     (the      (backoff,
+//!  targets)    reads use)     sources    receipt)     cold,     proof)    retryable
+//!                             drop)                   purge)              kinds)
 //! ```
 //!
 //! A request moves `accepted → hot_applied → cold_applied → purged → verified`, each
@@ -28,13 +28,19 @@
 //!   the table location deleted, once no read still uses an expired snapshot.
 //! - `verified`: scans of both tiers find no match (rows written while the request was
 //!   pending are deleted then), and no file of the table holds a string literal of the
-//!   predicate. The suppression is lifted and the predicate erased.
+//!   predicate. The suppression is lifted and the predicate erased. The receipt names
+//!   the Kafka partitions and offsets of the sources into the tables, which may still
+//!   hold the subject.
+//!
+//! Kafka sources write nothing a pending request matches, nor, for ever, a row holding
+//! a subject value a request erased ([`IngestFilter`]): a replay cannot bring it back.
 //!
 //! What is stored: the request's `subject` only as an HMAC (the hash key of write rules);
 //! the predicate in clear until `verified` (resuming after a crash needs it), outside
 //! every table's directory and Iceberg location, then only as an HMAC.
 
 mod driver;
+mod ingest;
 mod registry;
 mod request;
 mod steps;
@@ -42,9 +48,12 @@ mod suppression;
 mod verify;
 
 pub use driver::drive;
-pub use registry::{DeletionReceipt, DeletionRecord, DeletionState, Deletions, StateChange};
+pub use ingest::{IngestBlock, IngestFilter, ingest_blocks};
+pub use registry::{
+    DeletionReceipt, DeletionRecord, DeletionState, Deletions, KafkaRecords, StateChange,
+};
 pub use request::{DeletionBody, DeletionTarget, SUBJECT_TAG, TablesField, plan_targets};
-pub use steps::{StepContext, audit_step};
+pub use steps::{SourcePositions, StepContext, audit_step};
 pub use suppression::{MIN_SEARCHED_LITERAL, Suppression};
 
 #[cfg(test)]
@@ -205,5 +214,67 @@ mod tests {
         assert_eq!(of("id = 3"), None);
         assert_eq!(of("user_id <> 'u-1'"), None);
         assert_eq!(of("user_id NOT IN ('u-1')"), None);
+    }
+
+    /// Ingest keeps out exactly the values a subject-only predicate names, and nothing
+    /// for a predicate that says more (blocking a part of it would drop rows it did not
+    /// name).
+    #[test]
+    fn ingest_blocks_only_subject_values_and_drops_their_rows() {
+        let defs = [def()];
+        let hash = |v: &[u8]| format!("h({})", String::from_utf8_lossy(v));
+        let target = |p: &str| DeletionTarget {
+            table: "app.events".into(),
+            predicate: p.into(),
+            predicate_hmac: None,
+        };
+        let blocked = |p: &str| -> Vec<String> {
+            ingest_blocks(&[target(p)], &defs, hash)
+                .into_iter()
+                .map(|b| format!("{}:{}", b.column, b.value_hmac))
+                .collect()
+        };
+        assert_eq!(blocked("user_id = 'u1'"), ["user_id:h(u1)"]);
+        assert_eq!(
+            blocked("'u2' = user_id OR user_id IN ('u3', 'u1')"),
+            ["user_id:h(u1)", "user_id:h(u2)", "user_id:h(u3)"]
+        );
+        for partial in [
+            "user_id = 'u1' AND id > 3",
+            "user_id = 'u1' OR id = 4",
+            "id = 4",
+            "user_id <> 'u1'",
+            "user_id NOT IN ('u1')",
+            "user_id LIKE 'u%'",
+        ] {
+            assert!(blocked(partial).is_empty(), "{partial}");
+        }
+
+        let filter = IngestFilter {
+            pending: None,
+            blocked: [(
+                "user_id".to_owned(),
+                ["h(u1)".to_owned()].into_iter().collect(),
+            )]
+            .into_iter()
+            .collect(),
+        };
+        let batch = RecordBatch::try_new(
+            def().stored_schema().clone(),
+            vec![
+                Arc::new(arrow_array::Int64Array::from(vec![1, 2, 3])),
+                Arc::new(arrow_array::StringArray::from(vec!["u1", "u2", "u1"])),
+                Arc::new(
+                    arrow_array::TimestampMicrosecondArray::from(vec![0, 0, 0])
+                        .with_timezone("+00:00"),
+                ),
+            ],
+        )
+        .unwrap();
+        let keep = filter.keep(&batch, hash).unwrap().unwrap();
+        assert_eq!(
+            keep.iter().collect::<Vec<_>>(),
+            [Some(false), Some(true), Some(false)]
+        );
     }
 }

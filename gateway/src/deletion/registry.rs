@@ -2,7 +2,7 @@
 //! stored durably under `<data-dir>/deletions/<id>.json`, and the suppression of those
 //! not yet verified.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use hotgate_store::{TableDef, TableName};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
+use super::ingest::{IngestBlock, IngestFilter};
 use super::request::{DeletionTarget, parse_predicate};
 use super::suppression::Suppression;
 use crate::error::{GatewayError, Result};
@@ -74,6 +75,10 @@ pub struct DeletionRecord {
     pub targets: Vec<DeletionTarget>,
     /// HMAC-SHA256 (hex) of the request's `subject`.
     pub subject_hmac: String,
+    /// Values of subject-tagged columns that ingest keeps out, also once verified
+    /// (HMACs only; see [`IngestFilter`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingest_blocks: Vec<IngestBlock>,
     pub reason: String,
     pub requested_by: String,
     pub history: Vec<StateChange>,
@@ -142,8 +147,24 @@ pub struct DeletionReceipt {
     pub verify_files_searched: usize,
     pub verify_bytes_searched: u64,
     pub verify_millis: u64,
+    /// The Kafka records that may still hold the subject: per source feeding a target
+    /// table, each partition's records up to `through_offset` when it was verified.
+    /// Kafka's retention removes them, not hotgate; later records that hold an erased
+    /// value are dropped on ingest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kafka: Vec<KafkaRecords>,
     /// From `accepted` to `verified`.
     pub total_millis: u64,
+}
+
+/// The records of one topic partition that may hold a deleted subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaRecords {
+    pub source: String,
+    pub topic: String,
+    pub partition: i32,
+    /// The last offset hotgate had taken; every record up to it may hold the subject.
+    pub through_offset: i64,
 }
 
 impl DeletionReceipt {
@@ -170,6 +191,8 @@ pub struct Deletions {
     records: RwLock<BTreeMap<String, DeletionRecord>>,
     /// Per table, the parsed predicates of its requests that are not verified.
     active: RwLock<HashMap<TableName, Vec<Expr>>>,
+    /// Per table and column, the HMACs of erased subject values, of every request.
+    blocked: RwLock<HashMap<TableName, HashMap<String, HashSet<String>>>>,
 }
 
 fn now_rfc3339() -> String {
@@ -215,6 +238,7 @@ impl Deletions {
             time_bound,
             records: RwLock::new(records),
             active: RwLock::default(),
+            blocked: RwLock::default(),
         };
         deletions.rebuild_active(defs)?;
         Ok(deletions)
@@ -243,7 +267,19 @@ impl Deletions {
                 active.entry(def.name().clone()).or_default().push(expr);
             }
         }
+        let mut blocked: HashMap<TableName, HashMap<String, HashSet<String>>> = HashMap::new();
+        for block in records.values().flat_map(|r| &r.ingest_blocks) {
+            if let Ok(table) = TableName::parse(&block.table) {
+                blocked
+                    .entry(table)
+                    .or_default()
+                    .entry(block.column.clone())
+                    .or_default()
+                    .insert(block.value_hmac.clone());
+            }
+        }
         *self.active.write() = active;
+        *self.blocked.write() = blocked;
         Ok(())
     }
 
@@ -252,6 +288,7 @@ impl Deletions {
         &self,
         targets: Vec<DeletionTarget>,
         subject_hmac: String,
+        ingest_blocks: Vec<IngestBlock>,
         reason: String,
         requested_by: String,
         defs: &[Arc<TableDef>],
@@ -266,6 +303,7 @@ impl Deletions {
             state: DeletionState::Accepted,
             targets,
             subject_hmac,
+            ingest_blocks,
             reason,
             requested_by,
             history: vec![StateChange {
@@ -415,6 +453,15 @@ impl Deletions {
             .read()
             .get(table)
             .map(|predicates| Suppression::new(predicates.clone()))
+    }
+}
+
+impl Deletions {
+    /// What ingest into `table` drops, if anything: see [`IngestFilter`].
+    pub fn ingest_filter(&self, table: &TableName) -> Option<IngestFilter> {
+        let pending = self.suppression(table);
+        let blocked = self.blocked.read().get(table).cloned().unwrap_or_default();
+        (pending.is_some() || !blocked.is_empty()).then_some(IngestFilter { pending, blocked })
     }
 }
 

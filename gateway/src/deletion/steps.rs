@@ -11,7 +11,7 @@ use hotgate_policy::HashKey;
 use hotgate_store::{HotTable, Store, TableDef, TableName};
 use hotgate_tiering::Tierer;
 
-use super::registry::{DeletionReceipt, DeletionRecord, DeletionState, Deletions};
+use super::registry::{DeletionReceipt, DeletionRecord, DeletionState, Deletions, KafkaRecords};
 use super::request::DeletionTarget;
 use super::suppression::Suppression;
 use crate::audit::{AuditLog, CallAudit};
@@ -27,6 +27,14 @@ pub struct StepContext {
     pub audit: Arc<AuditLog>,
     /// Hashes a predicate when it is erased (the write rules' key).
     pub hash_key: HashKey,
+    /// How far the Kafka sources into a table have read, for the receipt.
+    pub sources: Arc<dyn SourcePositions>,
+}
+
+/// The Kafka partitions that feed a table, and the last offset taken of each: the
+/// records a receipt names as possibly still holding a subject.
+pub trait SourcePositions: Send + Sync + std::fmt::Debug {
+    fn positions_into(&self, table: &str) -> Vec<KafkaRecords>;
 }
 
 /// One step of a request's life. [`run`] does what every step shares; a step says only

@@ -38,6 +38,11 @@ impl Step for Verify {
         for target in &record.targets {
             Self::apply_to(ctx, target, receipt).await?;
         }
+        receipt.kafka = record
+            .targets
+            .iter()
+            .flat_map(|t| ctx.sources.positions_into(&t.table))
+            .collect();
         receipt.total_millis = record
             .history
             .first()
@@ -124,9 +129,19 @@ impl Step for Verify {
     }
 
     fn summary(r: &DeletionReceipt) -> String {
+        let kafka = if r.kafka.is_empty() {
+            String::new()
+        } else {
+            let topics: std::collections::BTreeSet<&str> =
+                r.kafka.iter().map(|k| k.topic.as_str()).collect();
+            format!(
+                "; Kafka topics {} may still hold the subject up to the offsets in the receipt",
+                topics.into_iter().collect::<Vec<_>>().join(", ")
+            )
+        };
         format!(
             "verified; {} hot and {} cold rows scanned, {} files ({} bytes) searched for {} \
-             literals, none found; suppression lifted",
+             literals, none found; suppression lifted{kafka}",
             r.verify_hot_rows_scanned,
             r.verify_cold_rows_scanned,
             r.verify_files_searched,

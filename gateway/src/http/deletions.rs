@@ -73,9 +73,12 @@ pub(super) async fn create_deletion(
         .governance
         .hash_key()
         .hmac_hex(body.subject.as_bytes());
+    let key = state.governance.hash_key();
+    let blocks = crate::deletion::ingest_blocks(&targets, &defs, |v| key.hmac_hex(v));
     let record = state.deletions.accept(
         targets,
         subject_hmac,
+        blocks,
         body.reason.clone(),
         principal.name.clone(),
         &defs,

@@ -503,7 +503,39 @@ impl PartitionTask {
         tombstones: bool,
     ) -> Result<u64> {
         let config = &self.source.config;
-        let governed = rules.apply(&batch, self.state.governance.hash_key())?;
+        let key = self.state.governance.hash_key();
+        let mut governed = rules.apply(&batch, key)?;
+        // What a deletion request erased stays out, also when a replay brings it again.
+        let kept_positions;
+        let mut positions = positions;
+        let filter = (!tombstones)
+            .then(|| self.state.deletions.ingest_filter(table.def().name()))
+            .flatten();
+        if let Some(filter) = filter
+            && let Some(keep) = filter
+                .keep(&governed, |v| key.hmac_hex(v))
+                .map_err(|e| GatewayError::Internal(format!("deletion filter on ingest: {e}")))?
+        {
+            let erased = keep.false_count() as u64;
+            if erased > 0 {
+                governed =
+                    arrow_select::filter::filter_record_batch(&governed, &keep).map_err(|e| {
+                        GatewayError::Internal(format!("deletion filter on ingest: {e}"))
+                    })?;
+                kept_positions = positions
+                    .iter()
+                    .zip(keep.iter())
+                    .filter(|(_, k)| k.unwrap_or(false))
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>();
+                positions = &kept_positions;
+                self.source
+                    .partition(self.partition, |p| p.erased += erased);
+                if governed.num_rows() == 0 {
+                    return Ok(0);
+                }
+            }
+        }
         let rows = SourceRows {
             source: &config.name,
             positions,

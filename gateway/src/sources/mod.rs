@@ -318,3 +318,22 @@ impl Sources {
         }
     }
 }
+
+impl crate::deletion::SourcePositions for Sources {
+    fn positions_into(&self, table: &str) -> Vec<crate::deletion::KafkaRecords> {
+        self.statuses()
+            .into_iter()
+            .filter(|s| s.table == table)
+            .flat_map(|s| {
+                s.partitions.into_iter().filter_map(move |p| {
+                    Some(crate::deletion::KafkaRecords {
+                        source: s.name.clone(),
+                        topic: s.topic.clone(),
+                        partition: p.partition,
+                        through_offset: p.next_offset? - 1,
+                    })
+                })
+            })
+            .collect()
+    }
+}

@@ -68,6 +68,8 @@ pub struct PartitionStatus {
     pub rejected: u64,
     /// Rows of a replay that the table held already (after a restart or a retry).
     pub duplicates_skipped: u64,
+    /// Rows dropped on the way in because a deletion request erased them.
+    pub erased: u64,
     /// Offsets the broker deleted before hotgate read them.
     pub lost_offsets: u64,
     /// How long the last commit group took to be durable (ms).
@@ -86,6 +88,7 @@ impl PartitionStatus {
             rows: 0,
             rejected: 0,
             duplicates_skipped: 0,
+            erased: 0,
             lost_offsets: 0,
             last_commit_ms: None,
             last_error: None,
