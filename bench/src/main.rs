@@ -13,7 +13,10 @@
 //! - `tiering`: conversion against the raw parquet writer, a simulated day of tiering;
 //! - `deletion`: a compliance deletion on a large table, accepted to verified;
 //! - `aggregate`: a Flight SQL `GROUP BY` over both tiers against DataFusion reading
-//!   the same files directly.
+//!   the same files directly;
+//! - `catalogs`: one tiering commit into a REST catalog and Postgres against SQLite;
+//! - `kafka`: a Kafka source against a bare rskafka consumer, and produce-to-visible
+//!   latency.
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +25,7 @@ mod bare_flight;
 mod catalog_commit;
 mod deletion;
 mod gateway;
+mod kafka;
 mod lookup;
 mod reads;
 mod sql;
@@ -81,6 +85,13 @@ enum Bench {
     },
     /// One tiering commit into a REST catalog (rustberg) and Postgres, against SQLite.
     Catalogs,
+    /// A Kafka source's ingest against a bare rskafka consumer, and produce-to-read
+    /// latency, on tansu.
+    Kafka {
+        /// Records in the topic.
+        #[arg(long, env = "HOTGATE_BENCH_KAFKA_RECORDS", default_value_t = 200_000)]
+        records: i64,
+    },
     /// A Flight SQL `GROUP BY` over both tiers against DataFusion on the same files.
     Aggregate {
         /// Rows written and tiered first (the cold tier).
@@ -117,6 +128,7 @@ fn main() -> std::process::ExitCode {
         }
         Bench::Deletion { mb } => runtime.block_on(deletion::deletion(mb)),
         Bench::Catalogs => runtime.block_on(catalog_commit::catalogs()),
+        Bench::Kafka { records } => runtime.block_on(kafka::kafka(records)),
         Bench::Aggregate {
             cold_rows,
             hot_rows,

@@ -5,12 +5,19 @@ command: create a topic, or produce the records of a JSON-lines file.
     kafka_tool.py produce BOOTSTRAP TOPIC FILE
 
 Each line of FILE is {"partition": p, "key": "..." | null, "value": <JSON> | null,
-"raw": "<text sent as the value as it is>"}; a null value is a tombstone. It prints the
-number of records the broker acknowledged, and fails if any was not.
+"raw": "<text sent as the value as it is>"}; a null value is a tombstone. With
+"avro": <Avro schema JSON>, the value is encoded by fastavro with that writer schema,
+as a bare datum, or in the Confluent wire format (magic byte 0, the 4-byte big-endian
+"schema_id", the datum) when the line has "schema_id". It prints the number of records
+the broker acknowledged, and fails if any was not.
 """
 
+import io
 import json
+import struct
 import sys
+
+import fastavro
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -44,6 +51,13 @@ def produce(bootstrap, topic, path):
             record = json.loads(line)
             if "raw" in record:
                 value = record["raw"].encode()
+            elif "avro" in record and record.get("value") is not None:
+                out = io.BytesIO()
+                if "schema_id" in record:
+                    out.write(b"\x00" + struct.pack(">I", record["schema_id"]))
+                schema = fastavro.parse_schema(record["avro"])
+                fastavro.schemaless_writer(out, schema, record["value"])
+                value = out.getvalue()
             elif record.get("value") is None:
                 value = None
             else:

@@ -66,6 +66,14 @@ pub(super) async fn create_source(
             .governance
             .authorize_table(principal, Privilege::TableWriteData, &table)?;
         let config: SourceConfig = json_body(&body)?;
+        if config.avro_schema_file.is_some() {
+            // A path names a file on the server: the API takes the schema inline.
+            return Err(GatewayError::InvalidArgument(
+                "avro_schema_file is for the config file; send the writer schema inline as \
+                 avro_schema"
+                    .into(),
+            ));
+        }
         config.validate().map_err(GatewayError::InvalidArgument)?;
         checked = Some((table, config));
         Ok(())

@@ -18,6 +18,17 @@ pub struct SourceConfig {
     pub table: String,
     #[serde(default)]
     pub format: PayloadFormat,
+    /// With `format = "avro"`: the writer schema of every record (Avro JSON), inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avro_schema: Option<serde_json::Value>,
+    /// With `format = "avro"`, in the config file only: the writer schema from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avro_schema_file: Option<std::path::PathBuf>,
+    /// With `format = "avro"`: a Confluent-compatible schema registry; each record is in
+    /// the Confluent wire format (magic byte 0, a 4-byte schema id, the datum) and its
+    /// writer schema is fetched by id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_registry: Option<String>,
     /// Column → payload field, for fields not named as their column.
     #[serde(default)]
     pub mapping: BTreeMap<String, String>,
@@ -51,6 +62,10 @@ pub enum PayloadFormat {
     /// One JSON object per record value.
     #[default]
     Json,
+    /// One Avro record per value: a bare datum with the writer schema of
+    /// `avro_schema` / `avro_schema_file`, or the Confluent wire format with
+    /// `schema_registry`.
+    Avro,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +155,39 @@ impl SourceConfig {
             return Err(at("fetch_max_bytes must be between 1 and 256 MiB"));
         }
         hotgate_store::TableName::parse(&self.table).map_err(|e| at(&format!("table: {e}")))?;
+        let schemas = [
+            self.avro_schema.is_some(),
+            self.avro_schema_file.is_some(),
+            self.schema_registry.is_some(),
+        ];
+        match self.format {
+            PayloadFormat::Json if schemas.iter().any(|s| *s) => {
+                return Err(at(
+                    "avro_schema, avro_schema_file and schema_registry go with format = \"avro\"",
+                ));
+            }
+            PayloadFormat::Avro if schemas.iter().filter(|s| **s).count() != 1 => {
+                return Err(at(
+                    "format = \"avro\" needs exactly one of avro_schema, avro_schema_file and \
+                     schema_registry",
+                ));
+            }
+            PayloadFormat::Avro => {
+                if let Some(url) = &self.schema_registry
+                    && !(url.starts_with("http://") || url.starts_with("https://"))
+                {
+                    return Err(at("schema_registry: an http:// or https:// URL"));
+                }
+                if self.schema_registry.is_none() {
+                    super::avro::writer_schema(
+                        self.avro_schema.as_ref(),
+                        self.avro_schema_file.as_deref(),
+                    )
+                    .map_err(|e| at(&e))?;
+                }
+            }
+            PayloadFormat::Json => {}
+        }
         Ok(())
     }
 }

@@ -18,14 +18,18 @@ use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::RecordAndOffset;
 use tokio_util::sync::CancellationToken;
 
+use super::avro::AvroReader;
 use super::checkpoint::Checkpoint;
-use super::config::{OnError, SourceConfig, StartAt};
+use super::config::{OnError, PayloadFormat, SourceConfig, StartAt};
 use super::decode::{Decoded, Incoming, Reject, RowDecoder};
 use super::rejects::Rejects;
 use super::status::{Origin, PartitionStatus, SourceState, SourceStatus};
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
+
+/// One fetch: its records and the partition's high watermark.
+type Fetched = Result<(Vec<RecordAndOffset>, i64)>;
 
 /// Waits after a failure: the first, doubling up to the last.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
@@ -39,16 +43,32 @@ pub struct SourceRuntime {
     pub config: SourceConfig,
     pub checkpoint: Checkpoint,
     pub status: Mutex<SourceStatus>,
+    /// With `format = "avro"`: its reader (and the registry's schemas, cached).
+    avro: Option<AvroReader>,
 }
 
 impl SourceRuntime {
-    pub fn new(config: SourceConfig, checkpoint: Checkpoint, origin: Origin) -> Self {
+    pub fn new(config: SourceConfig, checkpoint: Checkpoint, origin: Origin) -> Result<Self> {
         let status = SourceStatus::new(&config, origin);
-        Self {
+        let avro = match config.format {
+            PayloadFormat::Json => None,
+            PayloadFormat::Avro => Some(
+                AvroReader::new(
+                    config.avro_schema.as_ref(),
+                    config.avro_schema_file.as_deref(),
+                    config.schema_registry.as_deref(),
+                )
+                .map_err(|e| {
+                    GatewayError::InvalidArgument(format!("sources.{}: {e}", config.name))
+                })?,
+            ),
+        };
+        Ok(Self {
             config,
             checkpoint,
             status: Mutex::new(status),
-        }
+            avro,
+        })
     }
 
     pub(super) fn set_state(&self, state: SourceState, error: Option<String>) {
@@ -233,6 +253,9 @@ impl PartitionTask {
         let mut wait = FIRST_RETRY;
         let mut client = None;
         let mut next = None;
+        // The fetch after the one being written, started while it is written: network
+        // and disk overlap, and memory holds at most two fetches per partition.
+        let mut ahead: Option<(i64, Fetched)> = None;
         loop {
             if cancel.is_cancelled() {
                 return;
@@ -246,7 +269,10 @@ impl PartitionTask {
                     next = Some(self.first_offset(pc).await?);
                 }
                 let from = next.expect("set above");
-                let (records, high_watermark) = self.fetch(pc, from).await?;
+                let (records, high_watermark) = match ahead.take() {
+                    Some((at, fetched)) if at == from => fetched?,
+                    _ => self.fetch(pc, from).await?,
+                };
                 self.source.partition(self.partition, |p| {
                     p.high_watermark = Some(high_watermark);
                     p.next_offset = Some(from);
@@ -257,7 +283,12 @@ impl PartitionTask {
                 let Some(last) = records.last().map(|r| r.offset) else {
                     return Ok::<_, GatewayError>(None);
                 };
-                let outcome = self.write_group(&records).await?;
+                let (outcome, fetched) =
+                    tokio::join!(self.write_group(&records), self.fetch(pc, last + 1));
+                let outcome = outcome?;
+                if matches!(outcome, Group::Written) {
+                    ahead = Some((last + 1, fetched));
+                }
                 let moved_to = match &outcome {
                     Group::Written => last + 1,
                     Group::StoppedAt(r) => r.offset,
@@ -290,6 +321,7 @@ impl PartitionTask {
                     // Go on from the stored position (moved past records the broker
                     // deleted, where that was the failure).
                     next = None;
+                    ahead = None;
                     self.source.partition(self.partition, |p| {
                         p.last_error = Some(e.to_string());
                     });
@@ -401,7 +433,7 @@ impl PartitionTask {
         let table = self.state.store.table(&self.source_table()?)?;
         let def = table.def();
         let config = &self.source.config;
-        let incoming: Vec<Incoming> = records
+        let mut incoming: Vec<Incoming> = records
             .iter()
             .map(|r| Incoming {
                 partition: self.partition,
@@ -411,6 +443,38 @@ impl PartitionTask {
                 value: r.record.value.clone(),
             })
             .collect();
+        let mut group_rejects = Vec::new();
+        if let Some(avro) = &self.source.avro {
+            // Avro values become the JSON objects the decoder reads; those that cannot
+            // are bad records (a tombstone's null value stays null).
+            let mut kept = Vec::with_capacity(incoming.len());
+            for mut r in incoming {
+                if let Some(value) = &r.value {
+                    match avro.to_json(value).await? {
+                        Ok(json) => r.value = Some(json),
+                        Err(reason) => {
+                            group_rejects.push(Reject {
+                                partition: r.partition,
+                                offset: r.offset,
+                                reason,
+                            });
+                            continue;
+                        }
+                    }
+                }
+                kept.push(r);
+            }
+            incoming = kept;
+        }
+        // Under `on_error = "stop"`, the partition stops at its first bad record.
+        let mut avro_stop = None;
+        if config.on_error == OnError::Stop
+            && let Some(first) = group_rejects.first().cloned()
+        {
+            incoming.retain(|r| r.offset < first.offset);
+            group_rejects.clear();
+            avro_stop = Some(first);
+        }
         let rules = crate::governance::Governance::write_rules(&def);
         let values = RowDecoder::new(&def, &config.mapping, config.time_from, false)
             .map_err(GatewayError::InvalidArgument)?;
@@ -433,7 +497,6 @@ impl PartitionTask {
         };
         let mut stopped = None;
         let mut written = 0u64;
-        let mut group_rejects = Vec::new();
         for (tombstones, run) in runs {
             // A tombstone's Kafka key holds the key columns, as a JSON object.
             let (decoder, decoded) = match (&keys, tombstones) {
@@ -472,6 +535,7 @@ impl PartitionTask {
                 break;
             }
         }
+        let stopped = stopped.or(avro_stop);
         if !group_rejects.is_empty() {
             self.rejects
                 .record(&config.name, &config.topic, &group_rejects)

@@ -9,12 +9,15 @@
 //!
 //! - [`config`]: a source's settings and their checks;
 //! - [`consumer`]: the per-partition loops (fetch, decode, write rules, audit, write);
+//! - [`avro`]: Avro values (a fixed writer schema, or the Confluent wire format with a
+//!   schema registry) → the JSON objects `decode` reads;
 //! - [`decode`]: JSON records → rows, and the rejects;
 //! - [`checkpoint`]: the next offset per partition, the lower bound a restart resumes at;
 //! - [`managed`]: the sources created through the API and the paused ones, on disk;
 //! - [`rejects`]: the `_system.rejects` table;
 //! - [`status`]: what the status route and `/metrics` show.
 
+pub mod avro;
 pub mod checkpoint;
 pub mod config;
 pub mod consumer;
@@ -93,7 +96,7 @@ impl Sources {
                 }));
             }
             let checkpoint = checkpoint::Checkpoint::open(&dir, &config.name, &config.topic)?;
-            let runtime = Arc::new(SourceRuntime::new(config.clone(), checkpoint, origin));
+            let runtime = Arc::new(SourceRuntime::new(config.clone(), checkpoint, origin)?);
             if managed.paused.contains(&config.name) {
                 runtime.set_state(SourceState::Paused, None);
             }
@@ -203,7 +206,7 @@ impl Sources {
         next.store(&self.dir)?;
         *self.managed.lock() = next;
         let entry = Arc::new(Entry {
-            runtime: Arc::new(SourceRuntime::new(config.clone(), checkpoint, Origin::Api)),
+            runtime: Arc::new(SourceRuntime::new(config.clone(), checkpoint, Origin::Api)?),
             origin: Origin::Api,
             task: parking_lot::Mutex::new(None),
         });

@@ -647,3 +647,172 @@ async fn a_replay_never_brings_an_erased_subject_back() {
     );
     server.terminate();
 }
+
+/// The writer schema of the Avro tests: the orders table's fields, `ts` as
+/// `timestamp-micros`, `email` optional.
+fn orders_avro_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "record", "name": "Order", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "customer", "type": "string"},
+            {"name": "card", "type": "string"},
+            {"name": "email", "type": ["null", "string"], "default": null},
+            {"name": "amount", "type": "double"},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}
+        ]
+    })
+}
+
+fn avro_order(id: i64, schema_id: Option<u32>) -> serde_json::Value {
+    let mut record = serde_json::json!({
+        "partition": 0, "key": id.to_string(), "avro": orders_avro_schema(),
+        "value": {
+            "id": id, "customer": format!("c{}", id % 13),
+            "card": format!("{CARD_SENTINEL}-{id}"),
+            "email": format!("user{}@example.com", id % 5),
+            "amount": id as f64 / 4.0, "ts": chrono::Utc::now().timestamp_micros(),
+        }
+    });
+    if let Some(id) = schema_id {
+        record["schema_id"] = id.into();
+    }
+    record
+}
+
+/// A test double of a Confluent schema registry (no registry installs from the package
+/// registries here): `GET /schemas/ids/{id}` knows id 7, the orders schema, and
+/// answers 404 for every other id, as the registry does.
+async fn schema_registry_double() -> String {
+    use axum::extract::Path as UrlPath;
+    let schema = orders_avro_schema().to_string();
+    let app = axum::Router::new().route(
+        "/schemas/ids/{id}",
+        axum::routing::get(move |UrlPath(id): UrlPath<u32>| {
+            let schema = schema.clone();
+            async move {
+                if id == 7 {
+                    Ok(axum::Json(serde_json::json!({"schema": schema})))
+                } else {
+                    Err((
+                        axum::http::StatusCode::NOT_FOUND,
+                        axum::Json(
+                            serde_json::json!({"error_code": 40403, "message": "Schema not found"}),
+                        ),
+                    ))
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// Avro values: bare datums with the writer schema from a file (a `[[sources]]` of the
+/// config file), and the Confluent wire format with a schema registry (a source created
+/// through the API). Good records arrive governed; a datum that does not fit, an id the
+/// registry does not know and a value not in the wire format are bad records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_records_from_a_schema_file_and_a_schema_registry() {
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "fixed", 1);
+    create_topic(&broker, "framed", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let abs = std::path::absolute(dir.path()).unwrap();
+    let schema_file = abs.join("order.avsc");
+    std::fs::write(&schema_file, orders_avro_schema().to_string()).unwrap();
+    let config = abs.join("hotgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"fixed\"\nbrokers = [\"{}\"]\ntopic = \"fixed\"\n\
+             table = \"app.orders\"\nformat = \"avro\"\navro_schema_file = \"{}\"\n",
+            broker.bootstrap,
+            schema_file.display()
+        ),
+    )
+    .unwrap();
+    let server = Launch::new(dir.path()).config(&config).start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+
+    let mut records: Vec<serde_json::Value> = (0..100).map(|id| avro_order(id, None)).collect();
+    // A datum cut short: a long, then the end.
+    records.push(serde_json::json!({"partition": 0, "key": "cut", "raw": "\u{2}"}));
+    records.extend((100..150).map(|id| avro_order(id, None)));
+    assert_eq!(produce(&broker, "fixed", &records), 151);
+
+    // Through the API: a path on the server is refused, the registry is taken.
+    let registry = schema_registry_double().await;
+    let mut source = serde_json::json!({
+        "name": "framed", "brokers": [broker.bootstrap], "topic": "framed",
+        "table": "app.orders", "format": "avro", "avro_schema_file": schema_file,
+    });
+    let (status, answer) = token.http_post("/v1/sources", source.clone()).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("inline"), "{answer}");
+    source.as_object_mut().unwrap().remove("avro_schema_file");
+    let (status, answer) = token.http_post("/v1/sources", source.clone()).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("exactly one"), "{answer}");
+    source["schema_registry"] = registry.into();
+    let (status, answer) = token.http_post("/v1/sources", source).await;
+    assert_eq!(status, 201, "{answer}");
+    let mut records: Vec<serde_json::Value> =
+        (1000..1100).map(|id| avro_order(id, Some(7))).collect();
+    records.push(avro_order(5000, Some(9)));
+    records.push(serde_json::json!({"partition": 0, "key": "j", "raw": "{\"id\": 5001}"}));
+    records.extend((1100..1150).map(|id| avro_order(id, Some(7))));
+    assert_eq!(produce(&broker, "framed", &records), 152);
+
+    let expected: Vec<i64> = (0..150).chain(1000..1150).collect();
+    assert_eq!(wait_for_orders(&server, &token, 300).await, expected);
+    // Governed on the way in, as for JSON.
+    assert!(files_containing(dir.path(), CARD_SENTINEL.as_bytes()).is_empty());
+    let key = std::fs::read_to_string(dir.path().join("hash.key")).unwrap();
+    let key = hotgate_policy::HashKey::from_hex(&key).unwrap();
+    let rows = token
+        .get(
+            serde_json::json!({"table": "app.orders", "columns": ["email"], "filter": "id = 1007"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        string_values(&rows, "email"),
+        vec![Some(key.hmac_hex(b"user2@example.com"))]
+    );
+    // The bad records, each with its reason.
+    let admin = server.caller("root", &["admin"]);
+    let start = Instant::now();
+    let reasons = loop {
+        let rejects = admin
+            .get(serde_json::json!({"table": "_system.rejects", "columns": ["source", "reason"]}))
+            .await
+            .unwrap();
+        let mut reasons: Vec<String> = string_values(&rejects, "source")
+            .into_iter()
+            .zip(string_values(&rejects, "reason"))
+            .map(|(s, r)| format!("{}: {}", s.unwrap(), r.unwrap()))
+            .collect();
+        reasons.sort();
+        if reasons.len() >= 3 || start.elapsed() > Duration::from_secs(30) {
+            break reasons;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons[0].starts_with("fixed: not an Avro datum"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("framed: not in the Confluent wire format"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].contains("schema id 9 is not in the schema registry"),
+        "{reasons:?}"
+    );
+    server.terminate();
+}
