@@ -250,3 +250,32 @@ pub(crate) async fn read_all(
     }
     Ok(rows)
 }
+
+/// Reads a follow stream whose second column is the time each row was produced, until
+/// `rows` rows: receive time minus produce time, per row.
+pub(crate) fn follow_latencies(
+    mut tail: FlightRecordBatchStream,
+    rows: u64,
+) -> tokio::task::JoinHandle<crate::stats::Latencies> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::TimestampMicrosecondType;
+    tokio::spawn(async move {
+        let mut latencies = crate::stats::Latencies::new();
+        while latencies.count() < rows {
+            let Some(Ok(batch)) = tail.next().await else {
+                break;
+            };
+            let received = now_us();
+            let Some(produced) = batch
+                .column(1)
+                .as_primitive_opt::<TimestampMicrosecondType>()
+            else {
+                break;
+            };
+            for p in produced.values() {
+                latencies.record(Duration::from_micros((received - p).max(0) as u64));
+            }
+        }
+        latencies
+    })
+}

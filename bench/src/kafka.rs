@@ -13,8 +13,6 @@
 
 use std::time::{Duration, Instant};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMicrosecondType;
 use futures::StreamExt;
 use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
@@ -298,25 +296,7 @@ async fn latency(gateway: &Gateway, kafka: &Client, bootstrap: &str) -> BenchRes
         }
         latencies
     });
-    let receiver = tokio::spawn(async move {
-        let mut latencies = Latencies::new();
-        while latencies.count() < LATENCY_RECORDS as u64 {
-            let Some(Ok(batch)) = tail.next().await else {
-                break;
-            };
-            let received = now_us();
-            let Some(produced) = batch
-                .column(1)
-                .as_primitive_opt::<TimestampMicrosecondType>()
-            else {
-                break;
-            };
-            for p in produced.values() {
-                latencies.record(Duration::from_micros((received - p).max(0) as u64));
-            }
-        }
-        latencies
-    });
+    let receiver = crate::gateway::follow_latencies(tail, LATENCY_RECORDS as u64);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / LATENCY_RATE));
     for id in 0..LATENCY_RECORDS as i64 {
         tick.tick().await;

@@ -18,8 +18,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMicrosecondType;
 use arrow_flight::FlightDescriptor;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_client::FlightServiceClient;
@@ -29,7 +27,7 @@ use tonic::transport::Channel;
 
 use crate::bare_flight::BareFlight;
 use crate::gateway::{BenchResult, Gateway, connect, do_get, now_us, put_all, read_all};
-use crate::stats::{Latencies, median};
+use crate::stats::median;
 
 const WIDE_COLUMNS: usize = 50;
 const WIDE_ROWS_PER_BATCH: usize = 8192;
@@ -79,26 +77,8 @@ fn id_time_batch(ids: std::ops::Range<i64>) -> RecordBatch {
 async fn freshness(addr: SocketAddr, token: &str, rate: f64) -> BenchResult<serde_json::Value> {
     let mut reader = connect(addr).await?;
     let ticket = r#"{"table":"bench.fresh","columns":["id","produced_at"],"changelog":{"from":"latest","follow":true}}"#;
-    let mut tail = do_get(&mut reader, Some(token), ticket.to_owned()).await?;
-    let receiver = tokio::spawn(async move {
-        let mut latencies = Latencies::new();
-        while latencies.count() < FRESHNESS_ROWS as u64 {
-            let Some(Ok(batch)) = tail.next().await else {
-                break;
-            };
-            let received = now_us();
-            let Some(produced) = batch
-                .column(1)
-                .as_primitive_opt::<TimestampMicrosecondType>()
-            else {
-                break;
-            };
-            for p in produced.values() {
-                latencies.record(Duration::from_micros((received - p).max(0) as u64));
-            }
-        }
-        latencies
-    });
+    let tail = do_get(&mut reader, Some(token), ticket.to_owned()).await?;
+    let receiver = crate::gateway::follow_latencies(tail, FRESHNESS_ROWS as u64);
     // One long-lived DoPut; each batch is stamped just before it is sent.
     let (tx, rx) = tokio::sync::mpsc::channel::<RecordBatch>(4);
     let descriptor = FlightDescriptor::new_path(vec!["bench".into(), "fresh".into()]);
