@@ -44,7 +44,7 @@ async fn target(
         .create_table(crate::tiering::spec(2, 128 << 20, "5m")?)
         .await?;
     let tierer = Tierer::new(Catalog::open(config(dir.path())?).await?);
-    tierer.ensure_table(&hot.def()).await?;
+    tierer.ensure_table(&hot).await?;
     Ok(Target {
         name,
         _dir: dir,

@@ -139,7 +139,7 @@ async fn conversion() -> BenchResult<()> {
     let input_bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
     let catalog = Catalog::open(CatalogConfig::embedded(dir.path())).await?;
     let tierer = Tierer::new(catalog);
-    let table = tierer.ensure_table(&hot.def()).await?;
+    let table = tierer.ensure_table(&hot).await?;
     let log = hot.logs()[0].id();
     let end = hot.logs()[0].end_offset();
 
@@ -215,7 +215,7 @@ async fn simulated_day(
         .await?;
     let catalog = Catalog::open(CatalogConfig::embedded(dir.path())).await?;
     let tierer = Tierer::new(catalog);
-    tierer.ensure_table(&hot.def()).await?;
+    tierer.ensure_table(&hot).await?;
     let maintenance = MaintenanceOptions {
         compact: true,
         snapshot_retention: Duration::ZERO,

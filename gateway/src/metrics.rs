@@ -31,6 +31,7 @@ pub struct GatewayMetrics {
     state_cache_bytes: IntGauge,
     catalog_commits: IntCounterVec,
     source_lag: IntGaugeVec,
+    source_rate: prometheus::GaugeVec,
     source_records: IntCounterVec,
     /// The store snapshot last exported, so counters advance by the difference.
     last: Mutex<MetricsSnapshot>,
@@ -129,6 +130,16 @@ impl GatewayMetrics {
                 &["source", "partition"],
             ),
         );
+        let source_rate = registered(
+            &registry,
+            prometheus::GaugeVec::new(
+                Opts::new(
+                    "hotgate_source_records_per_second",
+                    "Records a source partition took per second over the last ten seconds",
+                ),
+                &["source", "partition"],
+            ),
+        );
         let source_records = registered(
             &registry,
             IntCounterVec::new(
@@ -176,6 +187,7 @@ impl GatewayMetrics {
             state_cache_bytes,
             catalog_commits,
             source_lag,
+            source_rate,
             source_records,
             last: Mutex::new(MetricsSnapshot::default()),
         }
@@ -196,6 +208,9 @@ impl GatewayMetrics {
                 self.source_lag
                     .with_label_values(&[source.name.as_str(), &p.partition.to_string()])
                     .set(p.lag.unwrap_or(0));
+                self.source_rate
+                    .with_label_values(&[source.name.as_str(), &p.partition.to_string()])
+                    .set(p.records_per_second);
                 totals[0] += p.rows;
                 totals[1] += p.rejected;
                 totals[2] += p.duplicates_skipped;

@@ -118,7 +118,7 @@ async fn tick_table(state: &GatewayState, hot: &Arc<HotTable>) {
     // A table whose catalog calls keep failing is tried again after a growing wait.
     if def.tiering().enabled && state.tierer.retry_due(name) {
         if !state.tierer.is_ready(name)
-            && let Err(e) = state.tierer.ensure_table(&def).await
+            && let Err(e) = state.tierer.ensure_table(hot).await
         {
             tracing::warn!(table = %name, "cannot open the Iceberg table; retrying with backoff: {e}");
             return;

@@ -131,7 +131,7 @@ pub async fn run(
         let def = hot.def();
         if def.tiering().enabled {
             // Not fatal: the scheduler retries tables whose Iceberg table is not open.
-            if let Err(e) = tierer.ensure_table(&def).await {
+            if let Err(e) = tierer.ensure_table(&hot).await {
                 tracing::warn!(table = %def.name(), "cannot open the Iceberg table: {e}");
             }
         }
@@ -160,6 +160,7 @@ pub async fn run(
         &config.data_dir,
         &config.sources,
     )?);
+    tierer.set_source_progress(Arc::clone(&sources) as Arc<dyn hotgate_tiering::SourceProgress>);
     let flight_listener = bind("Flight", config.flight_addr).await?;
     let http_listener = bind("HTTP", config.http_addr).await?;
     let (stop_tx, stop_rx) = watch::channel(false);

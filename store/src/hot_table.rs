@@ -133,6 +133,21 @@ pub struct HotTable {
     metrics: Arc<StoreMetrics>,
     commits: Arc<watch::Sender<u64>>,
     create_log: tokio::sync::Mutex<()>,
+    /// What the cold tier already holds of each log (see [`LogFloor`]).
+    floors: RwLock<HashMap<LogId, LogFloor>>,
+}
+
+/// What the cold tier holds of one log, which the hot tier must not write again: the
+/// first offset a new log of that id starts at, and the source marks of its tiered
+/// rows, below which a source's records are written already.
+///
+/// The tiering crate reads them from the Iceberg table when it opens it. They matter
+/// when the hot tier lost what it tiered: a rebuilt data directory, or a day log whose
+/// every segment retention removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFloor {
+    pub first_offset: u64,
+    pub marks: SourceMarks,
 }
 
 impl HotTable {
@@ -178,6 +193,7 @@ impl HotTable {
                 let log = Log::open(
                     id,
                     bucket_entry.path(),
+                    0,
                     options.clone(),
                     Arc::clone(&metrics),
                     Arc::clone(&commits),
@@ -195,6 +211,7 @@ impl HotTable {
             metrics,
             commits,
             create_log: tokio::sync::Mutex::new(()),
+            floors: RwLock::default(),
         });
         Ok(table)
     }
@@ -279,7 +296,7 @@ impl HotTable {
             let (rows, delta) = match &source {
                 None => (rows, None),
                 Some(source) => {
-                    let marks = self.log(id).map(|l| l.source_marks());
+                    let marks = self.written_marks(id);
                     let (kept, delta) = source.unwritten(&rows, marks.as_ref());
                     result.rows -= (rows.len() - kept.len()) as u64;
                     (kept, Some(delta))
@@ -585,7 +602,7 @@ impl HotTable {
             let (rows, delta) = match &source {
                 None => (rows, None),
                 Some(source) => {
-                    let marks = self.log(id).map(|l| l.source_marks());
+                    let marks = self.written_marks(id);
                     let (kept, delta) = source.unwritten(&rows, marks.as_ref());
                     pending.rows -= (rows.len() - kept.len()) as u64;
                     (kept, Some(delta))
@@ -620,15 +637,51 @@ impl HotTable {
         if let Some(log) = self.log(id) {
             return Ok(log);
         }
+        let first_offset = self.floors.read().get(&id).map_or(0, |f| f.first_offset);
         let log = Log::open(
             id,
             self.dir.join(id.dir_name()),
+            first_offset,
             self.options.clone(),
             Arc::clone(&self.metrics),
             Arc::clone(&self.commits),
         )?;
         self.logs.write().insert(id, Arc::clone(&log));
         Ok(log)
+    }
+
+    /// Installs what the cold tier holds of each log. A log that exists already must
+    /// reach its floor's offset: one that ends below it belongs to another history (a
+    /// data directory that is not this table's), and the error names it.
+    pub fn set_floors(&self, floors: HashMap<LogId, LogFloor>) -> Result<()> {
+        for (id, floor) in &floors {
+            if let Some(log) = self.log(*id)
+                && log.end_offset() < floor.first_offset
+            {
+                return Err(StoreError::InvalidRequest(format!(
+                    "{}: log {id} ends at offset {}, but the cold tier holds its rows up to offset {}: the hot tier is not the one that tiered them",
+                    self.def().name(),
+                    log.end_offset(),
+                    floor.first_offset
+                )));
+            }
+        }
+        *self.floors.write() = floors;
+        Ok(())
+    }
+
+    /// The source marks of what log `id` holds in either tier.
+    fn written_marks(&self, id: LogId) -> Option<SourceMarks> {
+        let hot = self.log(id).map(|l| l.source_marks());
+        let floors = self.floors.read();
+        match (hot, floors.get(&id)) {
+            (hot, None) => hot,
+            (None, Some(floor)) => Some(floor.marks.clone()),
+            (Some(mut hot), Some(floor)) => {
+                hot.union(&floor.marks);
+                Some(hot)
+            }
+        }
     }
 
     /// The log of one (partition, bucket), if it exists.
@@ -647,6 +700,9 @@ impl HotTable {
         let mut all = SourceMarks::default();
         for log in self.logs() {
             all.union(&log.source_marks());
+        }
+        for floor in self.floors.read().values() {
+            all.union(&floor.marks);
         }
         all.of(source)
     }

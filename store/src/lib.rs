@@ -34,8 +34,8 @@ mod validate;
 pub use bucket::LogId;
 pub use error::{ErrorKind, Result, StoreError};
 pub use hot_table::{
-    AppendResult, AppendedPart, ChangeResult, HotTable, Lookup, PendingAppend, RetentionReport,
-    StateSnapshot, StateStream,
+    AppendResult, AppendedPart, ChangeResult, HotTable, LogFloor, Lookup, PendingAppend,
+    RetentionReport, StateSnapshot, StateStream,
 };
 pub use inspect::{InspectedFrame, inspect_table};
 pub use log::{Clock, Log, LogOptions, Pending, RewriteReport};

@@ -90,6 +90,14 @@ impl CommitRequest {
         self.properties.insert(key.to_owned(), value);
         self
     }
+
+    /// Carries hotgate's bookkeeping of `metadata`'s current snapshot (the tiered
+    /// offsets and source positions) into this commit, which moves no hot rows.
+    pub fn carrying_bookkeeping(mut self, metadata: &iceberg::spec::TableMetadata) -> Result<Self> {
+        self.properties
+            .extend(crate::offsets::carried_properties(metadata)?);
+        Ok(self)
+    }
 }
 
 /// The files a commit wrote besides data files; deleted again when the commit surely

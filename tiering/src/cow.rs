@@ -26,7 +26,6 @@ use crate::convert::{Converter, conform};
 use crate::error::{Result, TieringError};
 use crate::files::live_data_files;
 use crate::maintenance::read_parquet;
-use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 
 /// Marks the rows to delete (true: delete).
 pub type RowMatcher<'a> =
@@ -115,11 +114,7 @@ pub async fn delete_matching(
     if remove.is_empty() {
         return Ok((table, report));
     }
-    let mut request = CommitRequest::overwrite(remove, add);
-    let offsets = TieredOffsets::current(table.metadata())?;
-    if !offsets.0.is_empty() {
-        request = request.with_property(OFFSETS_PROP, offsets.to_json());
-    }
+    let request = CommitRequest::overwrite(remove, add).carrying_bookkeeping(table.metadata())?;
     let table = commit(catalog, def.name(), &table, request).await?;
     report.snapshot_id = table.metadata().current_snapshot_id();
     Ok((table, report))

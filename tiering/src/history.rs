@@ -27,7 +27,6 @@ use crate::catalog::Catalog;
 use crate::commit::{CommitRequest, commit, commit_metadata};
 use crate::error::{Result, TieringError};
 use crate::maintenance::referenced_files;
-use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::storage::ObjectStoreStorage;
 
 /// What erasing a table's history did.
@@ -76,12 +75,9 @@ pub async fn expire_history(
         .iter()
         .any(|m| m.deleted_files_count.is_some_and(|n| n > 0))
     {
-        let mut request =
-            CommitRequest::replace(Default::default(), Vec::new()).merge_manifests_at(1);
-        let offsets = TieredOffsets::current(table.metadata())?;
-        if !offsets.0.is_empty() {
-            request = request.with_property(OFFSETS_PROP, offsets.to_json());
-        }
+        let request = CommitRequest::replace(Default::default(), Vec::new())
+            .merge_manifests_at(1)
+            .carrying_bookkeeping(table.metadata())?;
         table = commit(catalog, name, &table, request).await?;
         report.manifests_rewritten = true;
     }

@@ -3,7 +3,8 @@
 //! Owns: the catalog ([`catalog`]), object storage ([`storage`]), the Iceberg table that
 //! mirrors a `TableDef` ([`table_spec`]), conversion of hot logs into Parquet files
 //! ([`convert`]), hotgate-built snapshot commits ([`commit`]), the tiering loop and its
-//! exactly-once offsets ([`tierer`], [`offsets`]), maintenance ([`maintenance`]), cold
+//! exactly-once offsets ([`tierer`], [`offsets`]), the source offsets a snapshot holds
+//! ([`source_offsets`]), maintenance ([`maintenance`]), cold
 //! retention ([`retention`]), erasing history ([`history`]), read leases that keep files
 //! under running reads (`leases`), searching storage for deleted values ([`search`]) and cold reads ([`cold_scan`]).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
@@ -27,6 +28,7 @@ pub mod maintenance;
 pub mod offsets;
 pub mod retention;
 pub mod search;
+pub mod source_offsets;
 pub mod storage;
 pub mod table_spec;
 pub mod tierer;
@@ -45,4 +47,5 @@ pub use maintenance::{MaintenanceOptions, MaintenanceReport};
 pub use offsets::TieredOffsets;
 pub use retention::ColdRetentionReport;
 pub use search::LocationSearch;
+pub use source_offsets::{ColdSources, SourcePartitions, SourceProgress};
 pub use tierer::{CycleReport, Tierer, TieringStatus, WrittenFile};

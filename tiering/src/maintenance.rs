@@ -27,7 +27,6 @@ use crate::commit::{CommitRequest, commit};
 use crate::convert::Converter;
 use crate::error::{Result, TieringError};
 use crate::files::live_data_files;
-use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::storage::ObjectStoreStorage;
 use hotgate_store::TableName;
 
@@ -124,19 +123,12 @@ pub async fn compact(
     report.files_removed = removed.len();
     report.files_added = added.len();
     // Compaction also folds every manifest into one.
-    let mut request = CommitRequest::replace(removed, added).merge_manifests_at(2);
-    if let Some(offsets) = current_offsets(&table)? {
-        request = request.with_property(OFFSETS_PROP, offsets);
-    }
+    let request = CommitRequest::replace(removed, added)
+        .merge_manifests_at(2)
+        .carrying_bookkeeping(table.metadata())?;
     let committed = commit(catalog, name, &table, request).await?;
     report.snapshot_id = committed.metadata().current_snapshot_id();
     Ok((committed, report))
-}
-
-/// The current `hotgate.offsets`, carried into maintenance snapshots.
-fn current_offsets(table: &Table) -> Result<Option<String>> {
-    let offsets = TieredOffsets::current(table.metadata())?;
-    Ok((!offsets.0.is_empty()).then(|| offsets.to_json()))
 }
 
 /// Decodes a whole Parquet file (compaction reads small files only).

@@ -40,13 +40,7 @@ impl TieredOffsets {
             .map_err(|e| TieringError::Internal(format!("bad {OFFSETS_PROP}: {e}")))?;
         let mut out = BTreeMap::new();
         for (k, v) in map {
-            let id = k
-                .split_once('/')
-                .and_then(|(day, bucket)| LogId::parse_dirs(day, bucket))
-                .ok_or_else(|| {
-                    TieringError::Internal(format!("bad log {k:?} in {OFFSETS_PROP}"))
-                })?;
-            out.insert(id, v);
+            out.insert(parse_log_name(&k, OFFSETS_PROP)?, v);
         }
         Ok(Self(out))
     }
@@ -62,26 +56,62 @@ impl TieredOffsets {
     /// An error when the walk reaches an expired ancestor first: the offsets are then
     /// unknown, and guessing "nothing tiered" would tier every row a second time.
     pub fn of_snapshot(metadata: &TableMetadata, snapshot: Option<&SnapshotRef>) -> Result<Self> {
-        let mut current = snapshot.cloned();
-        while let Some(s) = current {
-            if let Some(json) = s.summary().additional_properties.get(OFFSETS_PROP) {
-                return Self::parse(json);
-            }
-            current = match s.parent_snapshot_id() {
-                None => None,
-                Some(id) => Some(metadata.snapshot_by_id(id).cloned().ok_or_else(|| {
-                    TieringError::Invalid(format!(
-                        "the tiered offsets are unknown: snapshot {} carries no {OFFSETS_PROP} and its parent {id} was expired; another writer's commits replaced hotgate's history",
-                        s.snapshot_id()
-                    ))
-                })?),
-            };
+        match bookkeeping_snapshot(metadata, snapshot)? {
+            Some(s) => Self::parse(&s.summary().additional_properties[OFFSETS_PROP]),
+            None => Ok(Self::default()),
         }
-        Ok(Self::default())
     }
 
     /// The offsets of the table's current snapshot.
     pub fn current(metadata: &TableMetadata) -> Result<Self> {
         Self::of_snapshot(metadata, metadata.current_snapshot())
     }
+}
+
+/// The snapshot whose summary holds hotgate's bookkeeping for `snapshot`: itself or its
+/// nearest ancestor with `hotgate.offsets` (hotgate writes its properties together).
+/// `None` when no ancestor has them; an error when the walk reaches an expired one.
+pub(crate) fn bookkeeping_snapshot(
+    metadata: &TableMetadata,
+    snapshot: Option<&SnapshotRef>,
+) -> Result<Option<SnapshotRef>> {
+    let mut current = snapshot.cloned();
+    while let Some(s) = current {
+        if s.summary().additional_properties.contains_key(OFFSETS_PROP) {
+            return Ok(Some(s));
+        }
+        current = match s.parent_snapshot_id() {
+            None => None,
+            Some(id) => Some(metadata.snapshot_by_id(id).cloned().ok_or_else(|| {
+                TieringError::Invalid(format!(
+                    "the tiered offsets are unknown: snapshot {} carries no {OFFSETS_PROP} and its parent {id} was expired; another writer's commits replaced hotgate's history",
+                    s.snapshot_id()
+                ))
+            })?),
+        };
+    }
+    Ok(None)
+}
+
+/// hotgate's bookkeeping properties of the current snapshot (`hotgate.offsets` and the
+/// source positions), which a commit that moves no hot rows (maintenance, retention,
+/// a deletion's rewrite) carries into its own snapshot unchanged.
+pub(crate) fn carried_properties(metadata: &TableMetadata) -> Result<Vec<(String, String)>> {
+    Ok(bookkeeping_snapshot(metadata, metadata.current_snapshot())?
+        .map(|s| {
+            s.summary()
+                .additional_properties
+                .iter()
+                .filter(|(k, _)| k.starts_with("hotgate."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// A log directory name (`day=2026-11-30/bucket=3`) in a bookkeeping property.
+pub(crate) fn parse_log_name(name: &str, prop: &str) -> Result<LogId> {
+    name.split_once('/')
+        .and_then(|(day, bucket)| LogId::parse_dirs(day, bucket))
+        .ok_or_else(|| TieringError::Internal(format!("bad log {name:?} in {prop}")))
 }

@@ -23,7 +23,6 @@ use crate::catalog::Catalog;
 use crate::commit::{CommitRequest, commit};
 use crate::error::Result;
 use crate::files::live_data_files;
-use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 
 const DAY_US: i64 = 86_400_000_000;
 
@@ -90,11 +89,8 @@ pub async fn drop_old_days(
     }
     report.days_removed = days.into_iter().map(day_name).collect();
     report.files_removed = remove.len();
-    let mut request = CommitRequest::overwrite(remove, Vec::new());
-    let offsets = TieredOffsets::current(table.metadata())?;
-    if !offsets.0.is_empty() {
-        request = request.with_property(OFFSETS_PROP, offsets.to_json());
-    }
+    let request =
+        CommitRequest::overwrite(remove, Vec::new()).carrying_bookkeeping(table.metadata())?;
     let table = commit(catalog, name, &table, request).await?;
     report.snapshot_id = table.metadata().current_snapshot_id();
     Ok((table, report))

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use std::time::Duration;
 
-use hotgate_store::{HotTable, LogId, TableDef, TableName};
+use hotgate_store::{HotTable, LogFloor, LogId, SourceMarks, TableDef, TableName};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -37,6 +38,7 @@ use crate::leases::Leases;
 use crate::maintenance::{MaintenanceOptions, MaintenanceReport, compact, expire, purge};
 use crate::offsets::{OFFSETS_PROP, TieredOffsets};
 use crate::retention::{ColdRetentionReport, drop_old_days};
+use crate::source_offsets::{ColdSources, SourcePartitions, SourceProgress};
 use crate::storage::ObjectStoreStorage;
 use crate::table_spec::{
     HOTGATE_TABLE_PROP, iceberg_schema, partition_spec, properties, table_creation,
@@ -240,6 +242,8 @@ pub struct Tierer {
     tables: RwLock<HashMap<TableName, Arc<TableState>>>,
     /// Rows cycles must not write (pending deletion requests).
     suppression: RwLock<Option<Arc<dyn RowSuppression>>>,
+    /// Where the sources writing each table have got to.
+    progress: RwLock<Option<Arc<dyn SourceProgress>>>,
 }
 
 impl Tierer {
@@ -248,7 +252,13 @@ impl Tierer {
             catalog,
             tables: RwLock::default(),
             suppression: RwLock::default(),
+            progress: RwLock::default(),
         }
+    }
+
+    /// Installs what tells a cycle where each table's sources have got to.
+    pub fn set_source_progress(&self, progress: Arc<dyn SourceProgress>) {
+        *self.progress.write() = Some(progress);
     }
 
     /// Installs the filter of rows that tiering cycles drop from what they convert.
@@ -268,11 +278,34 @@ impl Tierer {
         Arc::clone(tables.entry(name.clone()).or_default())
     }
 
-    /// Creates the Iceberg table of `def` when it does not exist yet, and loads its
-    /// watermarks. Idempotent: hotgate calls it for every table on start.
-    pub async fn ensure_table(&self, def: &TableDef) -> Result<Table> {
+    /// Creates the Iceberg table of `hot` when it does not exist yet, loads its
+    /// watermarks, and tells the hot table what the cold tier holds of each log
+    /// ([`hotgate_store::LogFloor`]), so a hot tier that lost what it tiered (a new data
+    /// directory) writes nothing twice. Idempotent: hotgate calls it for every table on
+    /// start. Until it succeeds, the table is not ready: no cycle runs and no source
+    /// writes it.
+    pub async fn ensure_table(&self, hot: &HotTable) -> Result<Table> {
+        let def = hot.def();
         let state = self.state(def.name());
-        let opened = self.open_table(def, &state).await;
+        let opened = async {
+            let table = self.open_table(&def, &state).await?;
+            install_floors(hot, &table)?;
+            state
+                .ready
+                .store(true, std::sync::atomic::Ordering::Release);
+            Ok(table)
+        }
+        .await;
+        state.note(&opened);
+        opened
+    }
+
+    /// Creates the Iceberg table of `def` when it does not exist yet, or checks that
+    /// the one there can be adopted, before its hot table exists;
+    /// [`Tierer::ensure_table`] follows once it does.
+    pub async fn prepare_table(&self, def: &TableDef) -> Result<()> {
+        let state = self.state(def.name());
+        let opened = self.open_table(def, &state).await.map(|_| ());
         state.note(&opened);
         opened
     }
@@ -290,10 +323,16 @@ impl Tierer {
         let offsets = TieredOffsets::current(table.metadata())?;
         *state.watermarks.write() = offsets;
         *state.current.write() = Some(table.clone());
-        state
-            .ready
-            .store(true, std::sync::atomic::Ordering::Release);
         Ok(table)
+    }
+
+    /// Per source and partition, the offset at or below which every record is in the
+    /// cold tier of `name`, as of the last load or commit (see [`crate::source_offsets`]).
+    pub fn cold_source_offsets(&self, name: &TableName) -> Result<SourcePartitions> {
+        match self.state(name).current.read().as_ref() {
+            Some(table) => Ok(ColdSources::current(table.metadata())?.complete),
+            None => Ok(SourcePartitions::new()),
+        }
     }
 
     /// Makes the Iceberg schema of `def`'s table equal to the schema `def` derives, in
@@ -391,7 +430,7 @@ impl Tierer {
         let state = self.state(name);
         if !state.ready.load(std::sync::atomic::Ordering::Acquire) {
             // Never tier into a table that was not checked (another engine's, say).
-            self.ensure_table(&def).await?;
+            self.ensure_table(hot).await?;
         }
         let _busy = state.busy.lock().await;
         let mut retries = 0;
@@ -432,6 +471,13 @@ impl Tierer {
         let committed = TieredOffsets::current(base.metadata())?;
         *state.current.write() = Some(base.clone());
 
+        // Read before the logs' ends: every record below these positions is in a log.
+        let consumed = self
+            .progress
+            .read()
+            .as_ref()
+            .map(|p| p.consumed(name))
+            .unwrap_or_default();
         let due = due_logs(hot, &committed, now_micros, force);
         let mut report = CycleReport::default();
         if due.is_empty() {
@@ -451,8 +497,9 @@ impl Tierer {
         } else {
             append_logs(hot, &converter, &committed, due, &mut report).await?
         };
+        let sources = cold_sources(hot, base.metadata(), &committed, &next, &consumed)?;
         fail::fail_point!("tier-before-commit");
-        let request = request.with_property(OFFSETS_PROP, next.to_json());
+        let request = sources.add_to(request.with_property(OFFSETS_PROP, next.to_json()));
         let committed_table = match commit(&self.catalog, name, &base, request).await {
             Ok(table) => table,
             Err(e @ TieringError::Conflict { .. }) => {
@@ -639,7 +686,7 @@ impl Tierer {
     async fn cold_status(&self, def: &TableDef) -> Result<TieringStatus> {
         let state = self.state(def.name());
         if !state.ready.load(std::sync::atomic::Ordering::Acquire) {
-            self.ensure_table(def).await?;
+            self.prepare_table(def).await?;
         }
         let table = self.catalog.load(def.name()).await?;
         let metadata = table.metadata();
@@ -697,6 +744,82 @@ impl Tierer {
             .min()
             .map(|us| Duration::from_micros(us as u64))
     }
+}
+
+/// The source positions of the snapshot a cycle commits: the base's, advanced by the
+/// logs it tiered (see [`crate::source_offsets`]).
+fn cold_sources(
+    hot: &HotTable,
+    base: &TableMetadata,
+    committed: &TieredOffsets,
+    next: &TieredOffsets,
+    consumed: &SourcePartitions,
+) -> Result<ColdSources> {
+    let previous = ColdSources::current(base)?;
+    let mut tiered = Vec::new();
+    for (log, offset) in &next.0 {
+        if *offset == committed.get(log) {
+            continue;
+        }
+        let below = match hot.log(*log) {
+            Some(l) => l.source_marks_below(*offset)?,
+            None => None,
+        };
+        tiered.push((*log, below));
+    }
+    let live: Vec<(LogId, SourceMarks)> = hot
+        .logs()
+        .iter()
+        .map(|l| (l.id(), l.source_marks()))
+        .collect();
+    Ok(previous.advance(tiered, &live, consumed))
+}
+
+/// Tells `hot` what the cold tier of `table` holds of each log: a new log starts at
+/// the tiered offset, and a source skips what the cold tier has. A primary-key table
+/// whose hot state lacks tiered buckets is refused: its next cycle would replace the
+/// cold rows of those buckets with the little the new state holds.
+fn install_floors(hot: &HotTable, table: &Table) -> Result<()> {
+    let metadata = table.metadata();
+    let offsets = TieredOffsets::current(metadata)?;
+    let sources = ColdSources::current(metadata)?;
+    let name = hot.def().name().clone();
+    if hot.is_primary_key() {
+        let lost: Vec<String> = offsets
+            .0
+            .iter()
+            .filter(|(log, offset)| **offset > 0 && hot.log(**log).is_none())
+            .map(|(log, _)| log.dir_name())
+            .collect();
+        if !lost.is_empty() {
+            return Err(TieringError::Invalid(format!(
+                "{name}: the cold tier holds rows of {} that the hot tier does not have (a new data directory?); hotgate does not rebuild a primary-key table's state from the cold tier yet, so tiering of {name} stops rather than replace those rows",
+                lost.join(", ")
+            )));
+        }
+    }
+    let mut floors: HashMap<LogId, LogFloor> = offsets
+        .0
+        .iter()
+        .map(|(log, offset)| {
+            (
+                *log,
+                LogFloor {
+                    first_offset: *offset,
+                    marks: SourceMarks::default(),
+                },
+            )
+        })
+        .collect();
+    for (log, marks) in sources.marks {
+        floors.entry(log).or_default().marks = marks;
+    }
+    hot.set_floors(floors).map_err(|e| {
+        TieringError::Invalid(format!(
+            "{e}; tiering of {name} stops, nothing is overwritten"
+        ))
+    })?;
+    Ok(())
 }
 
 /// A log table's cycle: the new rows of each due log become files of its partition,

@@ -223,7 +223,7 @@ impl Step for Purge {
             return Ok(());
         };
         let def = hot.def();
-        if cold_tier_open(ctx, &def).await? {
+        if cold_tier_open(ctx, &hot).await? {
             purge_cold(ctx, &def, receipt).await?;
         }
         Ok(())
@@ -254,13 +254,14 @@ pub(super) fn target_table(
     Ok(ctx.store.table(&name).ok().map(|hot| (name, hot)))
 }
 
-/// Whether `def`'s table has a cold tier; if so, its Iceberg table is open.
-pub(super) async fn cold_tier_open(ctx: &StepContext, def: &TableDef) -> Result<bool> {
+/// Whether `hot`'s table has a cold tier; if so, its Iceberg table is open.
+pub(super) async fn cold_tier_open(ctx: &StepContext, hot: &HotTable) -> Result<bool> {
+    let def = hot.def();
     if !def.tiering().enabled {
         return Ok(false);
     }
     if !ctx.tierer.is_ready(def.name()) {
-        ctx.tierer.ensure_table(def).await?;
+        ctx.tierer.ensure_table(hot).await?;
     }
     Ok(true)
 }
@@ -312,7 +313,7 @@ pub(super) async fn delete_cold(
         return Ok(());
     };
     let def = hot.def();
-    if !cold_tier_open(ctx, &def).await? {
+    if !cold_tier_open(ctx, &hot).await? {
         return Ok(());
     }
     let suppression = Suppression::of_target(target, &def)?;

@@ -98,7 +98,7 @@ impl Step for Verify {
             )));
         }
 
-        if !cold_tier_open(ctx, &def).await? {
+        if !cold_tier_open(ctx, &hot).await? {
             return Ok(());
         }
         let (mut scanned, mut matched) = cold_matches(ctx, &name, &suppression).await?;

@@ -173,8 +173,8 @@ pub(super) async fn create_table(
     let def = hotgate_store::TableDef::new(spec.clone())?;
     let mut pending = None;
     if def.tiering().enabled {
-        match state.tierer.ensure_table(&def).await {
-            Ok(_) => {}
+        match state.tierer.prepare_table(&def).await {
+            Ok(()) => {}
             Err(e) if e.kind() == hotgate_tiering::ErrorKind::Unavailable => {
                 tracing::warn!(table = %name, "the catalog is unreachable; the Iceberg table is created when it answers: {e}");
                 pending = Some(e.to_string());
@@ -183,6 +183,14 @@ pub(super) async fn create_table(
         }
     }
     let table = state.store.create_table(spec).await?;
+    if pending.is_none()
+        && let Err(e) = state.tierer.ensure_table(&table).await
+    {
+        // The scheduler tries again, with the error in the table's tiering status;
+        // until then no cycle runs and no source writes the table.
+        tracing::warn!(table = %name, "cannot open the Iceberg table: {e}");
+        pending = Some(e.to_string());
+    }
     tracing::info!(table = %name, principal = %principal.name, "table created");
     let mut body = describe(&table, &Visibility::full());
     if let Some(reason) = pending {
@@ -264,7 +272,7 @@ pub(super) async fn add_columns(
     let tiered = base.tiering().enabled;
     let first_field_id = if tiered {
         if !state.tierer.is_ready(name) {
-            state.tierer.ensure_table(&base).await?;
+            state.tierer.ensure_table(&table).await?;
         }
         state.tierer.last_column_id(name).await? + 1
     } else {

@@ -30,7 +30,7 @@ pub(super) async fn tier_table(
     )
     .await?;
     if !state.tierer.is_ready(table.def().name()) {
-        state.tierer.ensure_table(&table.def()).await?;
+        state.tierer.ensure_table(&table).await?;
     }
     let now = chrono::Utc::now().timestamp_micros();
     let report = state.tierer.cycle(&table, now, true).await?;

@@ -198,6 +198,14 @@ pub(super) fn table_ready(state: &GatewayState, config: &SourceConfig) -> Result
     })?;
     RowDecoder::new(&table.def(), &config.mapping, config.time_from, false)
         .map_err(|e| GatewayError::InvalidArgument(format!("sources.{}: {e}", config.name)))?;
+    // The cold tier says where a source goes on and what the hot tier must not write
+    // again (after a lost data directory): nothing is written before it is read.
+    if table.def().tiering().enabled && !state.tierer.is_ready(&name) {
+        return Err(GatewayError::Unavailable(format!(
+            "sources.{}: waiting for the Iceberg table of {name} to open (see its tiering status)",
+            config.name
+        )));
+    }
     Ok(table)
 }
 
@@ -357,8 +365,22 @@ impl PartitionTask {
     /// Where the partition goes on: its stored position, else the configured start,
     /// which is stored before anything is fetched (a restart must not start again
     /// from `latest` and skip what came in between).
+    ///
+    /// Records the cold tier holds already are not fetched again: a stored position
+    /// below the cold tier's complete offset (a positions file older than the last
+    /// tiering, or none at all after the data directory was lost) moves up to it.
     async fn first_offset(&self, pc: &PartitionClient) -> Result<i64> {
-        if let Some(next) = self.source.checkpoint.next(self.partition) {
+        let cold_next = self.cold_complete()?.map(|complete| complete + 1);
+        let stored = self.source.checkpoint.next(self.partition);
+        if let Some(next) = stored.max(cold_next) {
+            if stored != Some(next) {
+                tracing::info!(
+                    source = %self.source.config.name, partition = self.partition,
+                    "going on from offset {next}: the cold tier holds every record below it"
+                );
+                self.source.checkpoint.advance(self.partition, next);
+                self.source.checkpoint.flush()?;
+            }
             return Ok(next);
         }
         let at = match self.source.config.start {
@@ -372,6 +394,24 @@ impl PartitionTask {
         self.source.checkpoint.advance(self.partition, next);
         self.source.checkpoint.flush()?;
         Ok(next)
+    }
+
+    /// The offset of this partition at or below which the cold tier holds every record.
+    fn cold_complete(&self) -> Result<Option<i64>> {
+        let table = self.source_table()?;
+        if !self
+            .state
+            .store
+            .table(&table)
+            .is_ok_and(|t| t.def().tiering().enabled)
+        {
+            return Ok(None);
+        }
+        let cold = self.state.tierer.cold_source_offsets(&table)?;
+        Ok(cold
+            .get(&self.source.config.name)
+            .and_then(|p| p.get(&self.partition))
+            .copied())
     }
 
     async fn fetch(&self, pc: &PartitionClient, from: i64) -> Result<(Vec<RecordAndOffset>, i64)> {
@@ -544,7 +584,7 @@ impl PartitionTask {
         let first = records.first().map_or(0, |r| r.offset);
         let last = records.last().map_or(0, |r| r.offset);
         self.source.partition(self.partition, |p| {
-            p.records += records.len() as u64;
+            p.took(records.len() as u64);
             p.rows += written;
             p.rejected += group_rejects.len() as u64;
             p.last_error = None;

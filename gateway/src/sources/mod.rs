@@ -138,7 +138,7 @@ impl Sources {
         self.entries
             .lock()
             .values()
-            .map(|e| e.runtime.status.lock().clone())
+            .map(|e| e.runtime.status.lock().shown())
             .collect()
     }
 
@@ -147,13 +147,13 @@ impl Sources {
         self.entries
             .lock()
             .get(name)
-            .map(|e| e.runtime.status.lock().clone())
+            .map(|e| e.runtime.status.lock().shown())
     }
 
     /// The status and settings of the source `name`.
     pub fn view(&self, name: &str) -> Option<SourceView> {
         self.entries.lock().get(name).map(|e| SourceView {
-            status: e.runtime.status.lock().clone(),
+            status: e.runtime.status.lock().shown(),
             settings: e.runtime.config.clone(),
         })
     }
@@ -164,7 +164,7 @@ impl Sources {
             .lock()
             .values()
             .map(|e| SourceView {
-                status: e.runtime.status.lock().clone(),
+                status: e.runtime.status.lock().shown(),
                 settings: e.runtime.config.clone(),
             })
             .collect()
@@ -319,6 +319,21 @@ impl Sources {
         if let Some(task) = task {
             task.stop().await;
         }
+    }
+}
+
+impl hotgate_tiering::SourceProgress for Sources {
+    /// Each source's in-memory positions: a partition's moves on only once the rows
+    /// below it are durable (or were dropped), so every record below it is in a log.
+    fn consumed(&self, table: &hotgate_store::TableName) -> hotgate_tiering::SourcePartitions {
+        self.entries
+            .lock()
+            .values()
+            .filter(|e| {
+                hotgate_store::TableName::parse(&e.runtime.config.table).is_ok_and(|n| &n == table)
+            })
+            .map(|e| (e.runtime.config.name.clone(), e.runtime.checkpoint.all()))
+            .collect()
     }
 }
 

@@ -243,7 +243,7 @@ async fn a_topic_arrives_once_governed_with_bad_records_rejected() {
         "one record per commit group, not per record"
     );
 
-    // Lag is on /metrics, and 0 once caught up.
+    // Lag is on /metrics, and 0 once caught up; so is each partition's rate.
     let metrics = server.metrics().await;
     for p in 0..4 {
         assert!(
@@ -252,6 +252,16 @@ async fn a_topic_arrives_once_governed_with_bad_records_rejected() {
             )),
             "{metrics}"
         );
+        assert!(
+            metrics.contains(&format!(
+                "hotgate_source_records_per_second{{partition=\"{p}\",source=\"orders\"}} "
+            )),
+            "{metrics}"
+        );
+    }
+    let (_, source) = token.http(Method::GET, "/v1/sources/orders", None).await;
+    for p in source["partitions"].as_array().unwrap() {
+        assert!(p["records_per_second"].as_f64().unwrap() >= 0.0, "{p}");
     }
     server.terminate();
 }
@@ -813,6 +823,70 @@ async fn avro_records_from_a_schema_file_and_a_schema_registry() {
     assert!(
         reasons[2].contains("schema id 9 is not in the schema registry"),
         "{reasons:?}"
+    );
+    server.terminate();
+}
+
+/// A lost data directory is not lost data: part of the topic is tiered into a REST
+/// catalog (outside the data directory), more arrives in the hot tier only, the process
+/// dies and its whole data directory is deleted. A new one, with the same catalog and
+/// the table created again, holds every record exactly once: the cold tier's, and the
+/// rest fetched again from the offsets its snapshot recorded, not from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_data_directory_is_rebuilt_from_the_cold_tier_and_the_topic() {
+    let broker = KafkaBroker::start();
+    let rest = RestCatalogServer::start();
+    create_topic(&broker, "orders", 4);
+    let settings = tempfile::tempdir().unwrap();
+    let config = source_config(settings.path(), &broker, "orders", "app.orders");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&rest.catalog_toml());
+    std::fs::write(&config, text).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().join("data");
+    let start = || Launch::new(&data_dir).config(&config).start();
+
+    let server = start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+    let records = |ids: std::ops::Range<i64>| ids.map(|id| order(id, 4)).collect::<Vec<_>>();
+    produce(&broker, "orders", &records(0..4000));
+    caught_up(&token, "orders", 4000).await;
+    assert_eq!(tier_now(&server).await, 4000);
+    // These reach the hot tier only.
+    produce(&broker, "orders", &records(4000..7000));
+    caught_up(&token, "orders", 7000).await;
+    server.kill9();
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    produce(&broker, "orders", &records(7000..9000));
+
+    let server = start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+    let status = caught_up(&token, "orders", 5000).await;
+    let sum = |field: &str| -> u64 {
+        status["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert_eq!(sum("rows"), 5000, "the lost and the new records: {status}");
+    assert_eq!(
+        sum("duplicates_skipped"),
+        0,
+        "nothing the cold tier holds was fetched again: {status}"
+    );
+    assert_eq!(
+        order_ids(&server, &token).await,
+        (0..9000).collect::<Vec<_>>(),
+        "every record once, across both tiers"
+    );
+    assert_eq!(tier_now(&server).await, 5000);
+    assert_eq!(
+        order_ids(&server, &token).await,
+        (0..9000).collect::<Vec<_>>()
     );
     server.terminate();
 }

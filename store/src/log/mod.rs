@@ -42,7 +42,7 @@ use crate::metrics::StoreMetrics;
 use crate::segment::{
     EncodedFrame, FrameMeta, parse_segment_file_name, read_marks, scan_segment, segment_path,
 };
-use crate::source_marks::SourceMarks;
+use crate::source_marks::{FLAG_SOURCE_MARKS, SourceMarks};
 
 /// Queue depth per log before appenders wait (backpressure).
 const QUEUE_DEPTH: usize = 4096;
@@ -205,10 +205,13 @@ fn now_micros() -> i64 {
 
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering the active segment's tail, and
-    /// starts its writer task.
+    /// starts its writer task. A new log's first row gets offset `first_offset`: above
+    /// zero when the cold tier already holds rows of this log that the hot tier lost
+    /// (a rebuilt data directory), so no offset means two rows.
     pub(crate) fn open(
         id: LogId,
         dir: PathBuf,
+        first_offset: u64,
         options: LogOptions,
         metrics: Arc<StoreMetrics>,
         on_commit: Arc<watch::Sender<u64>>,
@@ -279,7 +282,7 @@ impl Log {
         let mut active = match active {
             Some(a) => a,
             None => {
-                let (a, entry) = create_segment(&dir, 0)?;
+                let (a, entry) = create_segment(&dir, first_offset)?;
                 segments.push(entry);
                 a
             }
@@ -357,6 +360,24 @@ impl Log {
     /// the highest source offset they came from.
     pub fn source_marks(&self) -> SourceMarks {
         self.marks.read().clone()
+    }
+
+    /// The source marks of the rows below `end` (a frame boundary): those of the last
+    /// marked frame that ends at or before it. `None` when no segment still held has
+    /// one (retention removed them, or no source wrote the log).
+    pub fn source_marks_below(&self, end: u64) -> Result<Option<SourceMarks>> {
+        let segments = self.segments.read();
+        for seg in segments.iter().rev().filter(|s| s.base_offset < end) {
+            let marked = seg
+                .frames
+                .iter()
+                .rev()
+                .find(|f| f.end_offset() <= end && f.flags & FLAG_SOURCE_MARKS != 0);
+            if let Some(meta) = marked {
+                return read_marks(&seg.file, &seg.path, meta);
+            }
+        }
+        Ok(None)
     }
 
     /// Follows the durable end offset; it changes after every group commit.

@@ -238,3 +238,67 @@ async fn primary_key_changes_from_a_source_are_written_once() {
 fn users_name() -> hotgate_store::TableName {
     hotgate_store::TableName::new("app", "users").unwrap()
 }
+
+/// A new data directory under a table whose cold tier holds rows (what tiering installs
+/// as [`hotgate_store::LogFloor`]s after a lost disk): each log goes on at its tiered
+/// offset, a replay from the start writes only the records the cold tier lacks, and a
+/// log that ends below its floor is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_data_directory_goes_on_above_what_the_cold_tier_holds() {
+    let lost = tempfile::tempdir().unwrap();
+    let store = open(lost.path()).await;
+    let table = store.create_table(events_spec(4)).await.unwrap();
+    let p = positions(0..60);
+    table
+        .append_from_source(&rows(0..60), from_topic(&p))
+        .await
+        .unwrap();
+    let mut floors = std::collections::HashMap::new();
+    for log in table.logs() {
+        let end = log.end_offset();
+        let marks = log.source_marks_below(end).unwrap().unwrap();
+        assert_eq!(marks, log.source_marks(), "the last frame holds every mark");
+        assert_eq!(log.source_marks_below(0).unwrap(), None);
+        floors.insert(
+            log.id(),
+            hotgate_store::LogFloor {
+                first_offset: end,
+                marks,
+            },
+        );
+    }
+    store.close().await;
+    drop(lost);
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(events_spec(4)).await.unwrap();
+    table.set_floors(floors.clone()).unwrap();
+    let p = positions(0..100);
+    let written = table
+        .append_from_source(&rows(0..100), from_topic(&p))
+        .await
+        .unwrap();
+    assert_eq!(
+        written.rows, 40,
+        "the 60 records the cold tier holds are skipped"
+    );
+    assert_eq!(sorted(all_ids(&store)), (60..100).collect::<Vec<_>>());
+    for log in table.logs() {
+        if let Some(floor) = floors.get(&log.id()) {
+            assert_eq!(log.start_offset(), floor.first_offset, "{}", log.id());
+        }
+    }
+    assert_eq!(table.source_positions("orders"), [(0, 49), (1, 49)].into());
+    // A floor above a log's end: the log is not the one that was tiered.
+    let (id, mut floor) = floors.into_iter().next().unwrap();
+    floor.first_offset = table.log(id).unwrap().end_offset() + 1_000;
+    let err = table
+        .set_floors([(id, floor)].into_iter().collect())
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the hot tier is not the one that tiered them"),
+        "{err}"
+    );
+}

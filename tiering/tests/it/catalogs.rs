@@ -67,7 +67,7 @@ async fn a_rest_catalog_table_is_created_like_the_sql_one_and_tiers_exactly_once
 
     // A restart knows nothing but what the catalog holds, and goes on from there.
     let restarted = Tierer::new(Catalog::open(rest_config(&rest)).await.unwrap());
-    restarted.ensure_table(&f.def()).await.unwrap();
+    restarted.ensure_table(&f.hot).await.unwrap();
     f.hot.append(&events(30..45, T0)).await.unwrap();
     let report = restarted.cycle(&f.hot, T0, true).await.unwrap();
     assert_eq!(report.records, 15);
@@ -202,7 +202,7 @@ async fn a_rest_table_of_another_engine_with_another_schema_is_never_overwritten
     let before = catalog.load(&name).await.unwrap();
 
     let tierer = Tierer::new(catalog.clone());
-    let err = tierer.ensure_table(&f.def()).await.unwrap_err();
+    let err = tierer.ensure_table(&f.hot).await.unwrap_err();
     let message = err.to_string();
     assert!(message.contains("was not created by hotgate"), "{message}");
     assert!(message.contains("note"), "{message}");
@@ -231,7 +231,7 @@ async fn an_unreachable_rest_catalog_keeps_tiering_waiting_and_says_why() {
     let catalog = Catalog::open(config).await.unwrap();
     let f = fixture(2).await;
     let tierer = Tierer::new(catalog);
-    assert!(tierer.ensure_table(&f.def()).await.is_err());
+    assert!(tierer.ensure_table(&f.hot).await.is_err());
     f.hot.append(&events(0..10, T0)).await.unwrap();
     let err = tierer.cycle(&f.hot, T0, true).await.unwrap_err();
     assert_eq!(err.kind(), hotgate_tiering::ErrorKind::Unavailable, "{err}");
@@ -253,10 +253,7 @@ async fn a_wrong_rest_token_is_an_error_naming_the_setting_without_the_secret() 
         .await
         .unwrap();
     let f = fixture(2).await;
-    let err = Tierer::new(catalog)
-        .ensure_table(&f.def())
-        .await
-        .unwrap_err();
+    let err = Tierer::new(catalog).ensure_table(&f.hot).await.unwrap_err();
     let message = err.to_string();
     assert!(message.contains("[catalog] token"), "{message}");
     assert!(!message.contains("must-not-show"), "{message}");
@@ -273,7 +270,7 @@ async fn the_postgres_sql_catalog_tiers_exactly_once_across_a_restart() {
 
     let config = f.tierer.catalog().config().clone();
     let restarted = Tierer::new(Catalog::open(config).await.unwrap());
-    restarted.ensure_table(&f.def()).await.unwrap();
+    restarted.ensure_table(&f.hot).await.unwrap();
     assert_eq!(
         restarted.watermarks(f.def().name()),
         f.tierer.watermarks(f.def().name())
@@ -391,10 +388,7 @@ async fn client_credentials_are_exchanged_and_the_token_renewed_before_it_expire
     let catalog = Catalog::open(oauth_config(&rest, &endpoint, "wrong-secret-xyz"))
         .await
         .unwrap();
-    let err = Tierer::new(catalog)
-        .ensure_table(&f.def())
-        .await
-        .unwrap_err();
+    let err = Tierer::new(catalog).ensure_table(&f.hot).await.unwrap_err();
     let message = err.to_string();
     assert!(message.contains("[catalog] credential"), "{message}");
     assert!(message.contains("invalid_client"), "{message}");

@@ -47,7 +47,7 @@ pub(crate) async fn fixture_in(
     let hot = store.create_table(spec).await.unwrap();
     let catalog = Catalog::open(catalog(dir.path())).await.unwrap();
     let tierer = Tierer::new(catalog);
-    tierer.ensure_table(&hot.def()).await.unwrap();
+    tierer.ensure_table(&hot).await.unwrap();
     Fixture {
         dir,
         _store: store,

@@ -91,7 +91,7 @@ async fn a_restarted_tierer_resumes_from_the_committed_offsets() {
     // A new tierer over the same catalog (a restart) knows nothing but the snapshot.
     let catalog = f.tierer.catalog().clone();
     let restarted = hotgate_tiering::Tierer::new(catalog);
-    restarted.ensure_table(&f.def()).await.unwrap();
+    restarted.ensure_table(&f.hot).await.unwrap();
     let report = restarted.cycle(&f.hot, T0, true).await.unwrap();
     assert_eq!(report.records, 30);
     assert_eq!(

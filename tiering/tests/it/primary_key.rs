@@ -90,7 +90,7 @@ async fn setup() -> (tempfile::TempDir, Store, Arc<HotTable>, Tierer) {
         .await
         .unwrap();
     let tierer = Tierer::new(catalog);
-    tierer.ensure_table(&hot.def()).await.unwrap();
+    tierer.ensure_table(&hot).await.unwrap();
     (dir, store, hot, tierer)
 }
 
@@ -196,4 +196,36 @@ async fn each_cycle_replaces_the_changed_buckets_with_their_current_state() {
     // Nothing changed: nothing is committed.
     let idle = tierer.cycle(&hot, T0, true).await.unwrap();
     assert_eq!(idle.snapshot_id, None);
+}
+
+/// A primary-key table on a new hot store (a lost data directory) under a catalog that
+/// holds its tiered buckets: opening it is refused with the reason, so no cycle replaces
+/// the cold rows with the new state's few, and the cold tier keeps every key.
+#[tokio::test]
+async fn a_new_hot_state_is_refused_rather_than_tiered_over_the_cold_rows() {
+    let (dir, _store, hot, tierer) = setup().await;
+    let name = hot.def().name().clone();
+    let ids: Vec<i64> = (0..50).collect();
+    hot.write_changes(&upserts(&ids, |i| i), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    tierer.cycle(&hot, T0, true).await.unwrap();
+
+    let lost = Store::open(dir.path().join("new-hot"), StoreOptions::default()).unwrap();
+    let fresh = lost.create_table(accounts_spec()).await.unwrap();
+    fresh
+        .write_changes(&upserts(&[1], |_| 99), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    let restarted = Tierer::new(tierer.catalog().clone());
+    let err = restarted.ensure_table(&fresh).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not rebuild a primary-key table's state"),
+        "{err}"
+    );
+    assert!(!restarted.is_ready(&name));
+    assert!(restarted.cycle(&fresh, T0, true).await.is_err());
+    let table = restarted.catalog().load(&name).await.unwrap();
+    assert_eq!(cold_state(&table).await.len(), 50);
 }
