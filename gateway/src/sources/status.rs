@@ -132,7 +132,7 @@ const RATE_WINDOW: Duration = Duration::from_secs(10);
 /// Samples closer together than this share one.
 const RATE_RESOLUTION: Duration = Duration::from_millis(250);
 
-/// A running total's samples over the last [`RATE_WINDOW`], for a rate that falls to 0
+/// A running total's samples over the last ten seconds, for a rate that falls to 0
 /// when nothing comes in (a rate since the last record would not).
 #[derive(Debug, Clone)]
 pub struct RateWindow {
