@@ -210,7 +210,7 @@ impl GatewayMetrics {
                     .set(p.lag.unwrap_or(0));
                 self.source_rate
                     .with_label_values(&[source.name.as_str(), &p.partition.to_string()])
-                    .set(p.records_per_second);
+                    .set(p.records_per_second());
                 totals[0] += p.rows;
                 totals[1] += p.rejected;
                 totals[2] += p.duplicates_skipped;

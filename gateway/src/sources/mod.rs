@@ -138,7 +138,7 @@ impl Sources {
         self.entries
             .lock()
             .values()
-            .map(|e| e.runtime.status.lock().shown())
+            .map(|e| e.runtime.status.lock().clone())
             .collect()
     }
 
@@ -147,13 +147,13 @@ impl Sources {
         self.entries
             .lock()
             .get(name)
-            .map(|e| e.runtime.status.lock().shown())
+            .map(|e| e.runtime.status.lock().clone())
     }
 
     /// The status and settings of the source `name`.
     pub fn view(&self, name: &str) -> Option<SourceView> {
         self.entries.lock().get(name).map(|e| SourceView {
-            status: e.runtime.status.lock().shown(),
+            status: e.runtime.status.lock().clone(),
             settings: e.runtime.config.clone(),
         })
     }
@@ -164,7 +164,7 @@ impl Sources {
             .lock()
             .values()
             .map(|e| SourceView {
-                status: e.runtime.status.lock().shown(),
+                status: e.runtime.status.lock().clone(),
                 settings: e.runtime.config.clone(),
             })
             .collect()

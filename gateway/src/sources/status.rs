@@ -54,14 +54,6 @@ impl SourceStatus {
             partitions: Vec::new(),
         }
     }
-
-    /// A copy for the API and `/metrics`, with the rates as of now.
-    pub fn shown(&self) -> Self {
-        Self {
-            partitions: self.partitions.iter().map(PartitionStatus::shown).collect(),
-            ..self.clone()
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,8 +67,9 @@ pub struct PartitionStatus {
     pub lag: Option<i64>,
     /// Records taken since start, rows written from them, and bad records.
     pub records: u64,
-    /// Records taken per second over the last ten seconds.
-    pub records_per_second: f64,
+    /// Records taken per second over the last ten seconds, as of when it is shown.
+    #[serde(rename = "records_per_second", serialize_with = "rate_now")]
+    pub rate: RateWindow,
     pub rows: u64,
     pub rejected: u64,
     /// Rows of a replay that the table held already (after a restart or a retry).
@@ -88,8 +81,6 @@ pub struct PartitionStatus {
     /// How long the last commit group took to be durable (ms).
     pub last_commit_ms: Option<f64>,
     pub last_error: Option<String>,
-    #[serde(skip)]
-    pub rate: RateWindow,
 }
 
 impl PartitionStatus {
@@ -100,7 +91,7 @@ impl PartitionStatus {
             high_watermark: None,
             lag: None,
             records: 0,
-            records_per_second: 0.0,
+            rate: RateWindow::starting(Instant::now()),
             rows: 0,
             rejected: 0,
             duplicates_skipped: 0,
@@ -108,7 +99,6 @@ impl PartitionStatus {
             lost_offsets: 0,
             last_commit_ms: None,
             last_error: None,
-            rate: RateWindow::starting(Instant::now()),
         }
     }
 
@@ -118,13 +108,14 @@ impl PartitionStatus {
         self.rate.record(Instant::now(), self.records);
     }
 
-    /// A copy for the status, with the rate as of now.
-    pub fn shown(&self) -> Self {
-        Self {
-            records_per_second: self.rate.per_second(Instant::now()),
-            ..self.clone()
-        }
+    /// Records taken per second over the last ten seconds.
+    pub fn records_per_second(&self) -> f64 {
+        self.rate.per_second(Instant::now())
     }
+}
+
+fn rate_now<S: serde::Serializer>(rate: &RateWindow, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_f64(rate.per_second(Instant::now()))
 }
 
 /// The span [`RateWindow`] measures over.
