@@ -1,7 +1,7 @@
 //! A table's hot tier at run time: its logs, the append path that routes rows to them,
 //! scans, tails and retention.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -135,6 +135,9 @@ pub struct HotTable {
     create_log: tokio::sync::Mutex<()>,
     /// What the cold tier already holds of each log (see [`LogFloor`]).
     floors: RwLock<HashMap<LogId, LogFloor>>,
+    /// Primary-key buckets whose state is being rebuilt from the cold tier: until they
+    /// are whole, the state is neither read nor written.
+    restoring: RwLock<BTreeSet<u32>>,
 }
 
 /// What the cold tier holds of one log, which the hot tier must not write again: the
@@ -212,6 +215,7 @@ impl HotTable {
             commits,
             create_log: tokio::sync::Mutex::new(()),
             floors: RwLock::default(),
+            restoring: RwLock::default(),
         });
         Ok(table)
     }
@@ -237,6 +241,101 @@ impl HotTable {
                 self.def().name()
             ))
         })
+    }
+
+    /// The state of a primary-key table, unless part of it is being rebuilt from the
+    /// cold tier: a read would miss rows, and a write would read wrong before images.
+    fn whole_state(&self) -> Result<&PkState> {
+        let pk = self.pk()?;
+        let restoring = self.restoring.read();
+        if !restoring.is_empty() {
+            let list: Vec<String> = restoring.iter().map(u32::to_string).collect();
+            return Err(StoreError::Unavailable(format!(
+                "{}: the state of bucket(s) {} is being rebuilt from the cold tier; try again once its tiering status is ready",
+                self.def().name(),
+                list.join(", ")
+            )));
+        }
+        Ok(pk)
+    }
+
+    /// Starts rebuilding the state of `buckets` from the cold tier (the hot tier lost
+    /// them: a new data directory). Each must have no log yet; its rows are cleared, and
+    /// the table's state is refused to readers and writers until every bucket is done.
+    /// Set the floors first: a rebuilt bucket's state reflects its log up to the floor.
+    pub fn begin_restore(&self, buckets: &[u32]) -> Result<()> {
+        let pk = self.pk()?;
+        let name = self.def().name().clone();
+        for bucket in buckets {
+            if *bucket >= self.def().buckets() {
+                return Err(StoreError::InvalidRequest(format!(
+                    "bucket {bucket} does not exist in {name}"
+                )));
+            }
+            if self
+                .log(LogId {
+                    day: None,
+                    bucket: *bucket,
+                })
+                .is_some()
+            {
+                return Err(StoreError::InvalidRequest(format!(
+                    "{name}: bucket {bucket} has a hot log; only a bucket the hot tier lost is rebuilt"
+                )));
+            }
+        }
+        self.restoring.write().extend(buckets.iter().copied());
+        for bucket in buckets {
+            pk.clear_bucket(*bucket)?;
+        }
+        Ok(())
+    }
+
+    /// Puts rows of `bucket` read from the cold tier into its state, as they are (no
+    /// changelog: the cold tier holds them already). Returns the rows put.
+    pub async fn restore_rows(&self, bucket: u32, batch: &RecordBatch) -> Result<u64> {
+        let pk = self.pk()?;
+        let name = self.def().name().clone();
+        if !self.restoring.read().contains(&bucket) {
+            return Err(StoreError::InvalidRequest(format!(
+                "{name}: bucket {bucket} is not being rebuilt"
+            )));
+        }
+        let input = normalize(&self.def(), batch)?;
+        let (buckets, keys) = self.keys_of(pk, &input)?;
+        if let Some(other) = buckets.iter().find(|b| **b != bucket) {
+            return Err(StoreError::InvalidRequest(format!(
+                "{name}: a row of bucket {other} came with the cold rows of bucket {bucket}"
+            )));
+        }
+        let _writing = self.bucket_locks[bucket as usize].lock().await;
+        let applied = self
+            .floors
+            .read()
+            .get(&LogId { day: None, bucket })
+            .map_or(0, |f| f.first_offset);
+        pk.restore(bucket, keys, &input, applied)?;
+        Ok(input.num_rows() as u64)
+    }
+
+    /// Ends the rebuild of `bucket`: its state goes to disk, then its log is created at
+    /// the floor's offset, which is what says the bucket is whole (a rebuild cut short
+    /// leaves no log, and starts again).
+    pub async fn finish_restore(&self, bucket: u32) -> Result<()> {
+        let pk = self.pk()?;
+        if !self.restoring.read().contains(&bucket) {
+            return Err(StoreError::InvalidRequest(format!(
+                "{}: bucket {bucket} is not being rebuilt",
+                self.def().name()
+            )));
+        }
+        {
+            let _writing = self.bucket_locks[bucket as usize].lock().await;
+            pk.flush()?;
+        }
+        self.log_for(LogId { day: None, bucket }).await?;
+        self.restoring.write().remove(&bucket);
+        Ok(())
     }
 
     /// Upserts or deletes the rows of `batch` in a primary-key table and returns once
@@ -272,7 +371,7 @@ impl HotTable {
         op: ChangeOp,
         source: Option<SourceRows<'_>>,
     ) -> Result<ChangeResult> {
-        let pk = self.pk()?;
+        let pk = self.whole_state()?;
         let input = match op {
             ChangeOp::Upsert => normalize(&self.def(), batch),
             ChangeOp::Delete => key_columns(&self.def(), batch, "delete"),
@@ -351,7 +450,7 @@ impl HotTable {
     /// The current rows of the keys in `keys` (which holds the key columns), in request
     /// order, with the indices of the keys that have no row.
     pub fn lookup(&self, keys: &RecordBatch) -> Result<Lookup> {
-        let pk = self.pk()?;
+        let pk = self.whole_state()?;
         let input = key_columns(&self.def(), keys, "lookup")?;
         let (buckets, encoded) = self.keys_of(pk, &input)?;
         let (rows, missing) = pk.lookup_rows(&buckets, &encoded)?;
@@ -360,7 +459,7 @@ impl HotTable {
 
     /// The current rows of a primary-key table, bucket by bucket in key order.
     pub fn current_rows(&self, rows_per_batch: usize) -> Result<Vec<RecordBatch>> {
-        let pk = self.pk()?;
+        let pk = self.whole_state()?;
         let buckets: Vec<u32> = (0..self.def().buckets()).collect();
         let mut out = Vec::new();
         pk.scan_snapshot(
@@ -386,7 +485,7 @@ impl HotTable {
         until: Option<i64>,
         rows_per_batch: usize,
     ) -> Result<StateStream> {
-        self.pk()?;
+        self.whole_state()?;
         check_time_bounds(&self.def(), since, until)?;
         Ok(self.spawn_state_reader(buckets, (since, until), rows_per_batch, None))
     }
@@ -407,7 +506,7 @@ impl HotTable {
         buckets: Option<Vec<u32>>,
         rows_per_batch: usize,
     ) -> Result<StateSnapshot> {
-        self.pk()?;
+        self.whole_state()?;
         let mut buckets = buckets.unwrap_or_else(|| (0..self.def().buckets()).collect());
         buckets.sort_unstable();
         buckets.dedup();

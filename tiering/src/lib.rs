@@ -6,7 +6,8 @@
 //! exactly-once offsets ([`tierer`], [`offsets`]), the source offsets a snapshot holds
 //! ([`source_offsets`]), maintenance ([`maintenance`]), cold
 //! retention ([`retention`]), erasing history ([`history`]), read leases that keep files
-//! under running reads (`leases`), searching storage for deleted values ([`search`]) and cold reads ([`cold_scan`]).
+//! under running reads (`leases`), searching storage for deleted values ([`search`]), cold reads ([`cold_scan`]) and the
+//! rebuild of a primary-key table's lost buckets from the cold tier (`restore`).
 //! Must not touch: the network-facing data plane or policy decisions; it reads the hot
 //! tier only through `hotgate-store`'s public API.
 //!
@@ -26,6 +27,7 @@ pub mod history;
 mod leases;
 pub mod maintenance;
 pub mod offsets;
+mod restore;
 pub mod retention;
 pub mod search;
 pub mod source_offsets;

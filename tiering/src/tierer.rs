@@ -289,7 +289,8 @@ impl Tierer {
         let state = self.state(def.name());
         let opened = async {
             let table = self.open_table(&def, &state).await?;
-            install_floors(hot, &table)?;
+            let lost = install_floors(hot, &table)?;
+            crate::restore::restore_buckets(hot, &table, &lost).await?;
             state
                 .ready
                 .store(true, std::sync::atomic::Ordering::Release);
@@ -776,28 +777,26 @@ fn cold_sources(
 }
 
 /// Tells `hot` what the cold tier of `table` holds of each log: a new log starts at
-/// the tiered offset, and a source skips what the cold tier has. A primary-key table
-/// whose hot state lacks tiered buckets is refused: its next cycle would replace the
-/// cold rows of those buckets with the little the new state holds.
-fn install_floors(hot: &HotTable, table: &Table) -> Result<()> {
+/// the tiered offset, and a source skips what the cold tier has. Returns the buckets of
+/// a primary-key table whose state the hot tier lacks although the cold tier holds
+/// them: they are rebuilt from the cold tier before the table is ready
+/// ([`crate::restore`]), since a cycle would otherwise replace their cold rows with the
+/// little a new state holds.
+fn install_floors(hot: &HotTable, table: &Table) -> Result<Vec<u32>> {
     let metadata = table.metadata();
     let offsets = TieredOffsets::current(metadata)?;
     let sources = ColdSources::current(metadata)?;
     let name = hot.def().name().clone();
-    if hot.is_primary_key() {
-        let lost: Vec<String> = offsets
+    let lost: Vec<u32> = if hot.is_primary_key() {
+        offsets
             .0
             .iter()
             .filter(|(log, offset)| **offset > 0 && hot.log(**log).is_none())
-            .map(|(log, _)| log.dir_name())
-            .collect();
-        if !lost.is_empty() {
-            return Err(TieringError::Invalid(format!(
-                "{name}: the cold tier holds rows of {} that the hot tier does not have (a new data directory?); hotgate does not rebuild a primary-key table's state from the cold tier yet, so tiering of {name} stops rather than replace those rows",
-                lost.join(", ")
-            )));
-        }
-    }
+            .map(|(log, _)| log.bucket)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut floors: HashMap<LogId, LogFloor> = offsets
         .0
         .iter()
@@ -819,7 +818,7 @@ fn install_floors(hot: &HotTable, table: &Table) -> Result<()> {
             "{e}; tiering of {name} stops, nothing is overwritten"
         ))
     })?;
-    Ok(())
+    Ok(lost)
 }
 
 /// A log table's cycle: the new rows of each due log become files of its partition,

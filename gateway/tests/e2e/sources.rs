@@ -322,9 +322,14 @@ async fn exactly_once_across_kills_while_consuming() {
 
 /// Forces a tiering cycle of `app.orders` and returns how many records it tiered.
 async fn tier_now(server: &Server) -> u64 {
+    tier_table(server, "app.orders").await
+}
+
+/// Runs a tiering cycle of `table` now; returns the records it tiered.
+async fn tier_table(server: &Server, table: &str) -> u64 {
     let admin = server.caller("root", &["admin"]);
     let report = admin
-        .http_ok(Method::POST, "/v1/tables/app.orders/tier", None)
+        .http_ok(Method::POST, &format!("/v1/tables/{table}/tier"), None)
         .await;
     report["records"].as_u64().unwrap()
 }
@@ -339,26 +344,11 @@ async fn a_primary_key_table_is_the_fold_of_its_topic() {
     let config = source_config(dir.path(), &broker, "users", "app.users");
     let server = Launch::new(dir.path()).config(&config).start();
     let token = server.caller("alice", &["analyst"]);
-    token
-        .create_table(serde_json::json!({
-            "namespace": "app", "name": "users",
-            "columns": [
-                {"name": "id", "type": "int64", "nullable": false},
-                {"name": "name", "type": "string", "nullable": false},
-                {"name": "ts", "type": "timestamp_us", "nullable": false}
-            ],
-            "time_column": "ts", "bucket_key": "id", "buckets": 2, "primary_key": ["id"]
-        }))
-        .await;
+    token.create_table(users_spec()).await;
     // 40 keys, three rounds of upserts, a tombstone for every key divisible by 3 between
     // rounds two and three, and for every key divisible by 5 after round three.
     let mut records = Vec::new();
     let mut fold = std::collections::BTreeMap::new();
-    let upsert = |id: i64, round: i64| {
-        serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"),
-            "value": {"id": id, "name": format!("n{id}-r{round}"), "ts": now()}})
-    };
-    let tombstone = |id: i64| serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"), "value": null});
     for round in 0..3 {
         if round == 2 {
             for id in (0..40).filter(|id| id % 3 == 0) {
@@ -391,18 +381,157 @@ async fn a_primary_key_table_is_the_fold_of_its_topic() {
         assert!(start.elapsed() < Duration::from_secs(60), "{status} {body}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let expected: Vec<(i64, String)> = fold.into_iter().collect();
+    assert_eq!(users(&token).await, expected);
+    server.terminate();
+}
+
+fn users_spec() -> serde_json::Value {
+    serde_json::json!({
+        "namespace": "app", "name": "users",
+        "columns": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "name", "type": "string", "nullable": false},
+            {"name": "ts", "type": "timestamp_us", "nullable": false}
+        ],
+        "time_column": "ts", "bucket_key": "id", "buckets": 2, "primary_key": ["id"]
+    })
+}
+
+/// An upsert of user `id` in `round`, keyed by its id, into partition `id % 2`.
+fn upsert(id: i64, round: i64) -> serde_json::Value {
+    serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"),
+        "value": {"id": id, "name": format!("n{id}-r{round}"), "ts": now()}})
+}
+
+fn tombstone(id: i64) -> serde_json::Value {
+    serde_json::json!({"partition": id % 2, "key": format!("{{\"id\":{id}}}"), "value": null})
+}
+
+/// The current (id, name) rows of `app.users`, sorted.
+async fn users(token: &Caller) -> Vec<(i64, String)> {
     let rows = token
         .get(serde_json::json!({"table": "app.users", "columns": ["id", "name"]}))
         .await
-        .unwrap();
+        .unwrap_or_else(|s| panic!("scan: {s}"));
     let mut current: Vec<(i64, String)> = int64_values(&rows, "id")
         .into_iter()
         .zip(string_values(&rows, "name").into_iter().map(Option::unwrap))
         .collect();
     current.sort();
+    current
+}
+
+/// A lost data directory under a primary-key table: the state of the tiered buckets is
+/// rebuilt from the cold tier, and the source goes on from the offsets the snapshot
+/// recorded, so the table is again the fold of the whole topic (changes that reached
+/// only the hot tier are fetched again; deletions before the loss stay deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_primary_key_state_is_rebuilt_from_the_cold_tier_and_the_topic() {
+    let broker = KafkaBroker::start();
+    let rest = RestCatalogServer::start();
+    create_topic(&broker, "users", 2);
+    let settings = tempfile::tempdir().unwrap();
+    let config = source_config(settings.path(), &broker, "users", "app.users");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&rest.catalog_toml());
+    std::fs::write(&config, text).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().join("data");
+    let start = || Launch::new(&data_dir).config(&config).start();
+    let mut fold = std::collections::BTreeMap::new();
+
+    let server = start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(users_spec()).await;
+    // Tiered: two rounds over 300 keys, every 7th deleted in the second.
+    let mut tiered = users_round(&mut fold, 0..300, 0, |_| false);
+    tiered.extend(users_round(&mut fold, 0..300, 1, |id| id % 7 == 0));
+    produce(&broker, "users", &tiered);
+    users_caught_up(&token, tiered.len()).await;
+    assert!(tier_table(&server, "app.users").await > 0);
+    // Hot only: updates of the first 100 keys, every 11th deleted.
+    let hot = users_round(&mut fold, 0..100, 2, |id| id % 11 == 0);
+    produce(&broker, "users", &hot);
+    users_caught_up(&token, tiered.len() + hot.len()).await;
+    server.kill9();
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    // While it is down: updates of keys 200..400 (100 of them new).
+    let later = users_round(&mut fold, 200..400, 3, |_| false);
+    produce(&broker, "users", &later);
+
+    let server = start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(users_spec()).await;
     let expected: Vec<(i64, String)> = fold.into_iter().collect();
-    assert_eq!(current, expected);
+    let started = Instant::now();
+    loop {
+        let (status, body) = token.http(Method::GET, "/v1/sources/users", None).await;
+        let taken: u64 = body["partitions"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| p["records"].as_u64().unwrap_or(0)).sum())
+            .unwrap_or(0);
+        // The records the cold tier holds are not fetched again.
+        assert!(
+            taken as usize <= hot.len() + later.len(),
+            "fetched again from before the recorded offsets: {status} {body}"
+        );
+        if taken as usize == hot.len() + later.len() && users(&token).await == expected {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the rebuilt table never became the fold of the topic: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The next cycle replaces the cold buckets with the whole rebuilt state.
+    tier_table(&server, "app.users").await;
+    server.kill9();
+    let server = start();
+    let token = server.caller("alice", &["analyst"]);
+    assert_eq!(users(&token).await, expected);
     server.terminate();
+}
+
+/// Upserts of `ids` in `round`, or tombstones where `deleted`, folded into `fold`.
+fn users_round(
+    fold: &mut std::collections::BTreeMap<i64, String>,
+    ids: std::ops::Range<i64>,
+    round: i64,
+    deleted: fn(i64) -> bool,
+) -> Vec<serde_json::Value> {
+    ids.map(|id| {
+        if deleted(id) {
+            fold.remove(&id);
+            tombstone(id)
+        } else {
+            fold.insert(id, format!("n{id}-r{round}"));
+            upsert(id, round)
+        }
+    })
+    .collect()
+}
+
+/// Waits until the `users` source has taken `records` records with no lag.
+async fn users_caught_up(token: &Caller, records: usize) {
+    let started = Instant::now();
+    loop {
+        let (status, body) = token.http(Method::GET, "/v1/sources/users", None).await;
+        let partitions = body["partitions"].as_array().cloned().unwrap_or_default();
+        let taken: u64 = partitions
+            .iter()
+            .map(|p| p["records"].as_u64().unwrap_or(0))
+            .sum();
+        if taken as usize >= records && partitions.iter().all(|p| p["lag"] == 0) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the source never caught up: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits until `app.orders` holds at least `n` rows and returns their ids, sorted.

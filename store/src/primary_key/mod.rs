@@ -597,6 +597,57 @@ impl PkState {
         self.apply(bucket, &changes.writes, applied)
     }
 
+    /// Removes every row of `bucket` from the state, before the bucket is rebuilt from
+    /// the cold tier (a rebuild cut short leaves rows that the next one must not keep).
+    pub(crate) fn clear_bucket(&self, bucket: u32) -> Result<()> {
+        let cf = self.db.cf(&self.cf_name)?;
+        let mut batch = WriteBatch::default();
+        let end = u64::from(bucket) + 1;
+        let end = match u32::try_from(end) {
+            Ok(next) => next.to_be_bytes().to_vec(),
+            // The last bucket: every key starts with its four bytes.
+            Err(_) => vec![0xff; 5],
+        };
+        batch.delete_range_cf(&cf, bucket.to_be_bytes().to_vec(), end);
+        self.db
+            .db
+            .write(batch)
+            .map_err(|e| rocks("clear a bucket", e))
+    }
+
+    /// Puts the rows of `batch` (the stored schema, every row of `bucket`, keys
+    /// encoded in `keys`) into the state as they are, and records `applied`: a rebuild
+    /// from the cold tier, which holds no changelog.
+    pub(crate) fn restore(
+        &self,
+        bucket: u32,
+        keys: Vec<Vec<u8>>,
+        batch: &RecordBatch,
+        applied: u64,
+    ) -> Result<()> {
+        let values = self.encode_rows(batch)?;
+        let writes: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            keys.into_iter().zip(values.into_iter().map(Some)).collect();
+        self.apply(bucket, &writes, applied)
+    }
+
+    /// Flushes the table's rows, then the applied offsets, to SST files. State writes
+    /// skip RocksDB's WAL because the log can replay them; rows rebuilt from the cold
+    /// tier have no log to replay them from, so they must be on disk before anything
+    /// says the bucket is whole.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let cf = self.db.cf(&self.cf_name)?;
+        self.db
+            .db
+            .flush_cf(&cf)
+            .map_err(|e| rocks("flush the state", e))?;
+        let meta = self.db.cf(APPLIED_CF)?;
+        self.db
+            .db
+            .flush_cf(&meta)
+            .map_err(|e| rocks("flush the applied offsets", e))
+    }
+
     /// Replays changelog rows (log schema) read from offset `applied` on: `+I`/`+U` put
     /// the row, `-D` deletes it, `-U` changes nothing.
     pub(crate) fn replay(&self, bucket: u32, batch: &RecordBatch, applied: u64) -> Result<()> {

@@ -198,34 +198,103 @@ async fn each_cycle_replaces_the_changed_buckets_with_their_current_state() {
     assert_eq!(idle.snapshot_id, None);
 }
 
+/// `id -> balance` of the hot state of `hot`, by lookups of `ids`.
+fn hot_state(hot: &HotTable, ids: &[i64]) -> BTreeMap<i64, i64> {
+    let found = hot.lookup(&deletes(ids)).unwrap();
+    let rows = &found.rows;
+    let id = rows
+        .column_by_name("id")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let balance = rows
+        .column_by_name("balance")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    (0..rows.num_rows())
+        .map(|i| (id.value(i), balance.value(i)))
+        .collect()
+}
+
 /// A primary-key table on a new hot store (a lost data directory) under a catalog that
-/// holds its tiered buckets: opening it is refused with the reason, so no cycle replaces
-/// the cold rows with the new state's few, and the cold tier keeps every key.
+/// holds its tiered buckets: opening it rebuilds the state of every tiered bucket from
+/// the cold tier, changes go on from there with the right before images, and the
+/// rebuilt state survives a restart without being rebuilt again.
 #[tokio::test]
-async fn a_new_hot_state_is_refused_rather_than_tiered_over_the_cold_rows() {
+async fn a_new_hot_state_is_rebuilt_from_the_cold_rows() {
     let (dir, _store, hot, tierer) = setup().await;
     let name = hot.def().name().clone();
     let ids: Vec<i64> = (0..50).collect();
     hot.write_changes(&upserts(&ids, |i| i), ChangeOp::Upsert)
         .await
         .unwrap();
+    // History the cold tier does not keep: an update and a delete.
+    hot.write_changes(&upserts(&[3], |_| 300), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    hot.write_changes(&deletes(&[4]), ChangeOp::Delete)
+        .await
+        .unwrap();
     tierer.cycle(&hot, T0, true).await.unwrap();
+    let tiered = hot.end_offsets();
+    let mut want: BTreeMap<i64, i64> = ids.iter().map(|i| (*i, *i)).collect();
+    want.insert(3, 300);
+    want.remove(&4);
 
-    let lost = Store::open(dir.path().join("new-hot"), StoreOptions::default()).unwrap();
-    let fresh = lost.create_table(accounts_spec()).await.unwrap();
-    fresh
+    // A write before the Iceberg table opens makes a log below the cold tier's: refused
+    // with the reason, nothing rebuilt or tiered over the cold rows.
+    let early = Store::open(dir.path().join("early-hot"), StoreOptions::default()).unwrap();
+    let early_table = early.create_table(accounts_spec()).await.unwrap();
+    early_table
         .write_changes(&upserts(&[1], |_| 99), ChangeOp::Upsert)
         .await
         .unwrap();
-    let restarted = Tierer::new(tierer.catalog().clone());
-    let err = restarted.ensure_table(&fresh).await.unwrap_err();
+    let refused = Tierer::new(tierer.catalog().clone());
+    let err = refused.ensure_table(&early_table).await.unwrap_err();
     assert!(
-        err.to_string()
-            .contains("does not rebuild a primary-key table's state"),
+        err.to_string().contains("the hot tier is not the one"),
         "{err}"
     );
-    assert!(!restarted.is_ready(&name));
-    assert!(restarted.cycle(&fresh, T0, true).await.is_err());
+    assert!(!refused.is_ready(&name));
+
+    let new_dir = dir.path().join("new-hot");
+    let lost = Store::open(&new_dir, StoreOptions::default()).unwrap();
+    let fresh = lost.create_table(accounts_spec()).await.unwrap();
+    let restarted = Tierer::new(tierer.catalog().clone());
+    restarted.ensure_table(&fresh).await.unwrap();
+    assert!(restarted.is_ready(&name));
+    assert_eq!(hot_state(&fresh, &ids), want);
+    // Each bucket's log starts where the tiered one ended: offsets mean the same rows.
+    assert_eq!(fresh.end_offsets(), tiered);
+    // Nothing new: a cycle commits nothing, the cold rows stay.
+    let idle = restarted.cycle(&fresh, T0, true).await.unwrap();
+    assert_eq!(idle.snapshot_id, None);
+
+    // A change reads its before image from the rebuilt state.
+    let changed = fresh
+        .write_changes(&upserts(&[3], |_| 301), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    assert_eq!(changed.changes, 2, "-U and +U: the key was found");
+    let missing = fresh
+        .write_changes(&deletes(&[4]), ChangeOp::Delete)
+        .await
+        .unwrap();
+    assert_eq!(
+        missing.missing, 1,
+        "a key deleted before the loss stays deleted"
+    );
+    restarted.cycle(&fresh, T0, true).await.unwrap();
+    want.insert(3, 301);
     let table = restarted.catalog().load(&name).await.unwrap();
-    assert_eq!(cold_state(&table).await.len(), 50);
+    assert_eq!(cold_state(&table).await, want);
+
+    // The rebuilt state is on disk: a restart finds it and rebuilds nothing.
+    lost.close().await;
+    drop(fresh);
+    drop(lost);
+    let reopened = Store::open(&new_dir, StoreOptions::default()).unwrap();
+    let again = reopened.table(&name).unwrap();
+    let third = Tierer::new(tierer.catalog().clone());
+    third.ensure_table(&again).await.unwrap();
+    assert_eq!(hot_state(&again, &ids), want);
 }
