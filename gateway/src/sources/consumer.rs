@@ -1,10 +1,12 @@
 //! One source at run time: a task per partition that fetches from the broker (rskafka),
 //! turns records into governed rows, and writes them with their source positions.
 //!
-//! A partition's loop is strictly sequential: it fetches from its next offset, writes
-//! the rows of that fetch (one commit group), waits until they are durable, and only
-//! then moves on. Memory stays bounded by one fetch per partition, and consumption
-//! slows by itself when the store's group commit falls behind (backpressure).
+//! A partition's writes are strictly sequential: it writes the rows of one fetch (one
+//! commit group), waits until they are durable, and only then writes the next. The
+//! next fetch is fetched and decoded (on a blocking thread) while the group before it
+//! commits, since decoding JSON is most of ingest's work and a commit mostly waits on
+//! syncs. Memory stays bounded by two fetches per partition, and consumption slows by
+//! itself when the store's group commit falls behind (backpressure).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,8 +30,32 @@ use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
-/// One fetch: its records and the partition's high watermark.
-type Fetched = Result<(Vec<RecordAndOffset>, i64)>;
+/// One fetch, decoded: the partition's high watermark, and the rows to write (none
+/// when the fetch held no record at or past the offset asked for).
+struct Ready {
+    high_watermark: i64,
+    group: Option<DecodedGroup>,
+}
+
+/// The rows of one fetch, decoded but not yet governed or written: one commit group.
+struct DecodedGroup {
+    table: Arc<HotTable>,
+    /// Records fetched, and the first and last offsets among them.
+    fetched: u64,
+    first: i64,
+    last: i64,
+    runs: Vec<DecodedRun>,
+    rejects: Vec<Reject>,
+    /// `on_error = "stop"` met this bad record: the runs hold only the rows before it.
+    stopped: Option<Reject>,
+}
+
+/// Rows of consecutive records of one kind: upserts (or appends), or tombstones.
+struct DecodedRun {
+    tombstones: bool,
+    batch: RecordBatch,
+    positions: Vec<(i32, i64)>,
+}
 
 /// Waits after a failure: the first, doubling up to the last.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
@@ -261,9 +287,10 @@ impl PartitionTask {
         let mut wait = FIRST_RETRY;
         let mut client = None;
         let mut next = None;
-        // The fetch after the one being written, started while it is written: network
-        // and disk overlap, and memory holds at most two fetches per partition.
-        let mut ahead: Option<(i64, Fetched)> = None;
+        // The fetch after the one being written, fetched and decoded while it is
+        // written: network, decoding and disk overlap, and memory holds at most two
+        // fetches per partition.
+        let mut ahead: Option<(i64, Result<Ready>)> = None;
         loop {
             if cancel.is_cancelled() {
                 return;
@@ -277,25 +304,27 @@ impl PartitionTask {
                     next = Some(self.first_offset(pc).await?);
                 }
                 let from = next.expect("set above");
-                let (records, high_watermark) = match ahead.take() {
-                    Some((at, fetched)) if at == from => fetched?,
-                    _ => self.fetch(pc, from).await?,
+                let ready = match ahead.take() {
+                    Some((at, ready)) if at == from => ready?,
+                    _ => self.fetch_and_decode(pc, from).await?,
                 };
+                let high_watermark = ready.high_watermark;
                 self.source.partition(self.partition, |p| {
                     p.high_watermark = Some(high_watermark);
                     p.next_offset = Some(from);
                     p.lag = Some((high_watermark - from).max(0));
                 });
-                let records: Vec<RecordAndOffset> =
-                    records.into_iter().filter(|r| r.offset >= from).collect();
-                let Some(last) = records.last().map(|r| r.offset) else {
+                let Some(group) = ready.group else {
                     return Ok::<_, GatewayError>(None);
                 };
-                let (outcome, fetched) =
-                    tokio::join!(self.write_group(&records), self.fetch(pc, last + 1));
+                let last = group.last;
+                let (outcome, following) = tokio::join!(
+                    self.commit_group(group),
+                    self.fetch_and_decode(pc, last + 1)
+                );
                 let outcome = outcome?;
                 if matches!(outcome, Group::Written) {
-                    ahead = Some((last + 1, fetched));
+                    ahead = Some((last + 1, following));
                 }
                 let moved_to = match &outcome {
                     Group::Written => last + 1,
@@ -466,24 +495,48 @@ impl PartitionTask {
         ))
     }
 
-    /// Writes the rows of one fetch (and its rejects) and returns once they are
-    /// durable. A failure leaves the partition's position where it was: the retry
-    /// fetches the same records, and the source marks skip what was written.
-    async fn write_group(&self, records: &[RecordAndOffset]) -> Result<Group> {
+    /// Fetches from `from` and decodes what came.
+    async fn fetch_and_decode(&self, pc: &PartitionClient, from: i64) -> Result<Ready> {
+        let (records, high_watermark) = self.fetch(pc, from).await?;
+        let records: Vec<RecordAndOffset> =
+            records.into_iter().filter(|r| r.offset >= from).collect();
+        let group = if records.is_empty() {
+            None
+        } else {
+            Some(self.decode_group(records).await?)
+        };
+        Ok(Ready {
+            high_watermark,
+            group,
+        })
+    }
+
+    /// Turns the records of one fetch into rows of the table and rejects. Decoding is
+    /// the costly part of ingest, so it runs on a blocking thread, beside the commit
+    /// of the group before (which waits on syncs). Nothing here depends on governance
+    /// state that may change before the commit: the write rules and the deletion
+    /// filter apply in [`PartitionTask::commit_group`].
+    async fn decode_group(&self, records: Vec<RecordAndOffset>) -> Result<DecodedGroup> {
         let table = self.state.store.table(&self.source_table()?)?;
         let def = table.def();
         let config = &self.source.config;
+        let (fetched, first, last) = (
+            records.len() as u64,
+            records.first().map_or(0, |r| r.offset),
+            records.last().map_or(0, |r| r.offset),
+        );
+        // The records' bytes move into the decoder's input; nothing is copied.
         let mut incoming: Vec<Incoming> = records
-            .iter()
+            .into_iter()
             .map(|r| Incoming {
                 partition: self.partition,
                 offset: r.offset,
                 timestamp: r.record.timestamp.timestamp_micros(),
-                key: r.record.key.clone(),
-                value: r.record.value.clone(),
+                key: r.record.key,
+                value: r.record.value,
             })
             .collect();
-        let mut group_rejects = Vec::new();
+        let mut rejects = Vec::new();
         if let Some(avro) = &self.source.avro {
             // Avro values become the JSON objects the decoder reads; those that cannot
             // are bad records (a tombstone's null value stays null).
@@ -493,7 +546,7 @@ impl PartitionTask {
                     match avro.to_json(value).await? {
                         Ok(json) => r.value = Some(json),
                         Err(reason) => {
-                            group_rejects.push(Reject {
+                            rejects.push(Reject {
                                 partition: r.partition,
                                 offset: r.offset,
                                 reason,
@@ -509,13 +562,12 @@ impl PartitionTask {
         // Under `on_error = "stop"`, the partition stops at its first bad record.
         let mut avro_stop = None;
         if config.on_error == OnError::Stop
-            && let Some(first) = group_rejects.first().cloned()
+            && let Some(first) = rejects.first().cloned()
         {
             incoming.retain(|r| r.offset < first.offset);
-            group_rejects.clear();
+            rejects.clear();
             avro_stop = Some(first);
         }
-        let rules = crate::governance::Governance::write_rules(&def);
         let values = RowDecoder::new(&def, &config.mapping, config.time_from, false)
             .map_err(GatewayError::InvalidArgument)?;
         let keys = if table.is_primary_key() {
@@ -526,71 +578,51 @@ impl PartitionTask {
         } else {
             None
         };
-        // A primary-key table takes runs of upserts and of tombstones, in record order.
-        let runs: Vec<(bool, &[Incoming])> = if table.is_primary_key() {
-            incoming
-                .chunk_by(|a, b| a.value.is_some() == b.value.is_some())
-                .map(|run| (run[0].value.is_none(), run))
-                .collect()
-        } else {
-            vec![(false, incoming.as_slice())]
-        };
-        let mut stopped = None;
+        let on_error = config.on_error;
+        let (runs, run_rejects, stopped) = tokio::task::spawn_blocking(move || {
+            decode_runs(&incoming, &values, keys.as_ref(), on_error)
+        })
+        .await
+        .map_err(|e| GatewayError::Internal(format!("decoding records: {e}")))?;
+        rejects.extend(run_rejects);
+        Ok(DecodedGroup {
+            table,
+            fetched,
+            first,
+            last,
+            runs,
+            rejects,
+            stopped: stopped.or(avro_stop),
+        })
+    }
+
+    /// Writes the rows of one fetch (and its rejects) and returns once they are
+    /// durable. A failure leaves the partition's position where it was: the retry
+    /// fetches the same records, and the source marks skip what was written.
+    async fn commit_group(&self, group: DecodedGroup) -> Result<Group> {
+        let config = &self.source.config;
+        let table = &group.table;
+        let rules = crate::governance::Governance::write_rules(&table.def());
         let mut written = 0u64;
-        for (tombstones, run) in runs {
-            // A tombstone's Kafka key holds the key columns, as a JSON object.
-            let (decoder, decoded) = match (&keys, tombstones) {
-                (Some(keys), true) => (keys, keys.decode(run, |r| r.key.as_deref())),
-                _ => (&values, values.decode(run, |r| r.value.as_deref())),
-            };
-            let Decoded {
-                batch,
-                mut positions,
-                mut rejects,
-            } = decoded;
-            let mut batch = batch;
-            if config.on_error == OnError::Stop
-                && let Some(first) = rejects.first().cloned()
-            {
-                // Only the rows before the bad record.
-                let keep = positions.iter().take_while(|p| p.1 < first.offset).count();
-                positions.truncate(keep);
-                batch = batch.map(|b| b.slice(0, keep));
-                rejects.clear();
-                stopped = Some(first);
-            }
-            group_rejects.extend(rejects);
-            if let Some(batch) = batch.filter(|b| b.num_rows() > 0) {
-                let stamps = if decoder.takes_timestamps() {
-                    timestamps_of(run, &positions)
-                } else {
-                    Vec::new()
-                };
-                let batch = decoder.into_table_rows(batch, &stamps);
-                written += self
-                    .write_rows(&table, &rules, batch, &positions, tombstones)
-                    .await?;
-            }
-            if stopped.is_some() {
-                break;
-            }
-        }
-        let stopped = stopped.or(avro_stop);
-        if !group_rejects.is_empty() {
-            self.rejects
-                .record(&config.name, &config.topic, &group_rejects)
+        for run in group.runs {
+            written += self
+                .write_rows(table, &rules, run.batch, &run.positions, run.tombstones)
                 .await?;
         }
-        let first = records.first().map_or(0, |r| r.offset);
-        let last = records.last().map_or(0, |r| r.offset);
+        if !group.rejects.is_empty() {
+            self.rejects
+                .record(&config.name, &config.topic, &group.rejects)
+                .await?;
+        }
+        let (first, last) = (group.first, group.last);
         self.source.partition(self.partition, |p| {
-            p.took(records.len() as u64);
+            p.took(group.fetched);
             p.rows += written;
-            p.rejected += group_rejects.len() as u64;
+            p.rejected += group.rejects.len() as u64;
             p.last_error = None;
         });
         tracing::debug!(source = %config.name, partition = self.partition, first, last, written, "commit group");
-        Ok(match stopped {
+        Ok(match group.stopped {
             Some(reject) => Group::StoppedAt(reject),
             None => Group::Written,
         })
@@ -682,6 +714,67 @@ impl PartitionTask {
         hotgate_store::TableName::parse(&self.source.config.table)
             .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))
     }
+}
+
+/// Decodes a group's records into runs of rows: a primary-key table takes runs of
+/// upserts and of tombstones, in record order; a log table one run. Returns the runs,
+/// the rejects, and, under `on_error = "stop"`, the bad record the group stops at.
+fn decode_runs(
+    incoming: &[Incoming],
+    values: &RowDecoder,
+    keys: Option<&RowDecoder>,
+    on_error: OnError,
+) -> (Vec<DecodedRun>, Vec<Reject>, Option<Reject>) {
+    let runs: Vec<(bool, &[Incoming])> = if keys.is_some() {
+        incoming
+            .chunk_by(|a, b| a.value.is_some() == b.value.is_some())
+            .map(|run| (run[0].value.is_none(), run))
+            .collect()
+    } else {
+        vec![(false, incoming)]
+    };
+    let mut out = Vec::with_capacity(runs.len());
+    let mut all_rejects = Vec::new();
+    let mut stopped = None;
+    for (tombstones, run) in runs {
+        // A tombstone's Kafka key holds the key columns, as a JSON object.
+        let (decoder, decoded) = match (keys, tombstones) {
+            (Some(keys), true) => (keys, keys.decode(run, |r| r.key.as_deref())),
+            _ => (values, values.decode(run, |r| r.value.as_deref())),
+        };
+        let Decoded {
+            mut batch,
+            mut positions,
+            mut rejects,
+        } = decoded;
+        if on_error == OnError::Stop
+            && let Some(first) = rejects.first().cloned()
+        {
+            // Only the rows before the bad record.
+            let keep = positions.iter().take_while(|p| p.1 < first.offset).count();
+            positions.truncate(keep);
+            batch = batch.map(|b| b.slice(0, keep));
+            rejects.clear();
+            stopped = Some(first);
+        }
+        all_rejects.extend(rejects);
+        if let Some(batch) = batch.filter(|b| b.num_rows() > 0) {
+            let stamps = if decoder.takes_timestamps() {
+                timestamps_of(run, &positions)
+            } else {
+                Vec::new()
+            };
+            out.push(DecodedRun {
+                tombstones,
+                batch: decoder.into_table_rows(batch, &stamps),
+                positions,
+            });
+        }
+        if stopped.is_some() {
+            break;
+        }
+    }
+    (out, all_rejects, stopped)
 }
 
 /// The record timestamps of the rows at `positions` (a subsequence of `run`, in order).

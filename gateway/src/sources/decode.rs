@@ -131,18 +131,10 @@ impl RowDecoder {
         if records.is_empty() {
             return out;
         }
-        let mut joined = Vec::new();
-        let mut all_present = true;
-        for r in records {
-            match take(r) {
-                Some(bytes) => {
-                    joined.extend_from_slice(bytes);
-                    joined.push(b'\n');
-                }
-                None => all_present = false,
-            }
-        }
-        if all_present && let Ok(batch) = self.decode_bytes(&joined, records.len()) {
+        let all_present = records.iter().all(|r| take(r).is_some());
+        if all_present
+            && let Ok(batch) = self.decode_bytes(records.iter().filter_map(&take), records.len())
+        {
             out.positions = records.iter().map(|r| (r.partition, r.offset)).collect();
             out.batch = Some(batch);
             return out;
@@ -151,7 +143,7 @@ impl RowDecoder {
         for r in records {
             let result = match take(r) {
                 None => Err("the record has no payload".to_owned()),
-                Some(bytes) => self.decode_bytes(bytes, 1),
+                Some(bytes) => self.decode_bytes([bytes], 1),
             };
             match result {
                 Ok(batch) => {
@@ -174,25 +166,46 @@ impl RowDecoder {
         out
     }
 
-    /// The rows of `bytes`, which must hold exactly `expected` JSON objects, named as
-    /// the payload names them (see [`RowDecoder::into_table_rows`]).
-    fn decode_bytes(&self, bytes: &[u8], expected: usize) -> Result<RecordBatch, String> {
+    /// The rows of `payloads`, which must hold exactly `expected` JSON objects between
+    /// them, named as the payload names them (see [`RowDecoder::into_table_rows`]).
+    /// Each payload goes to the decoder as it is, followed by a newline, and must add
+    /// exactly one whole value; nothing is copied into a joined buffer.
+    fn decode_bytes<'a>(
+        &self,
+        payloads: impl IntoIterator<Item = &'a [u8]>,
+        expected: usize,
+    ) -> Result<RecordBatch, String> {
         let mut decoder = arrow_json::ReaderBuilder::new(Arc::clone(&self.payload_schema))
             // One more than expected, so that an extra value shows as a wrong count.
             .with_batch_size(expected + 1)
             .with_strict_mode(false)
             .build_decoder()
             .map_err(|e| e.to_string())?;
-        let mut at = 0;
-        while at < bytes.len() {
-            let n = decoder.decode(&bytes[at..]).map_err(|e| reason(&e))?;
-            if n == 0 {
-                break;
+        for payload in payloads {
+            let before = decoder.len();
+            for bytes in [payload, b"\n".as_slice()] {
+                let mut at = 0;
+                while at < bytes.len() {
+                    let n = decoder.decode(&bytes[at..]).map_err(|e| reason(&e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    at += n;
+                }
+                if bytes[at..].iter().any(|b| !b.is_ascii_whitespace()) {
+                    return Err("the record holds more than one JSON value".into());
+                }
             }
-            at += n;
-        }
-        if bytes[at..].iter().any(|b| !b.is_ascii_whitespace()) {
-            return Err("the record holds more than one JSON value".into());
+            // Each payload is exactly one whole value: a value cut short must not be
+            // completed by the next record's bytes.
+            if decoder.has_partial_record() {
+                return Err("the record ends inside a JSON value".into());
+            }
+            match decoder.len() - before {
+                1 => {}
+                0 => return Err("the record holds no JSON object".into()),
+                n => return Err(format!("the record holds {n} JSON values, not one object")),
+            }
         }
         let batch = decoder
             .flush()
@@ -326,6 +339,18 @@ mod tests {
             "{}",
             decoded.rejects[0].reason
         );
+        // A value cut short is not completed by the next record's bytes.
+        let split = vec![
+            record(20, r#"{"id":20,"customer":"a","#),
+            record(
+                21,
+                &format!(r#""ts":{ts}}}{{"id":21,"customer":"b","ts":{ts}}}"#),
+            ),
+        ];
+        let decoded = decoder.decode(&split, |r| r.value.as_deref());
+        assert!(decoded.batch.is_none_or(|b| b.num_rows() == 0));
+        let offsets: Vec<i64> = decoded.rejects.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![20, 21]);
         // All good: one decode, every position.
         let good = vec![records[0].clone(), records[4].clone()];
         let decoded = decoder.decode(&good, |r| r.value.as_deref());
