@@ -89,7 +89,7 @@ enum Bench {
     /// latency, on tansu.
     Kafka {
         /// Records in the topic.
-        #[arg(long, env = "HOTGATE_BENCH_KAFKA_RECORDS", default_value_t = 200_000)]
+        #[arg(long, env = "HOTGATE_BENCH_KAFKA_RECORDS", default_value_t = 1_000_000)]
         records: i64,
     },
     /// A Flight SQL `GROUP BY` over both tiers against DataFusion on the same files.

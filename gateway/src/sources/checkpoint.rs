@@ -87,6 +87,16 @@ impl Checkpoint {
         state.1 = true;
     }
 
+    /// Moves a partition's position to `next` unless it is at or past it already.
+    pub fn raise(&self, partition: i32, next: i64) {
+        let mut state = self.state.lock();
+        let slot = state.0.next.entry(partition).or_insert(next);
+        if *slot < next {
+            *slot = next;
+        }
+        state.1 = true;
+    }
+
     /// Writes the positions if they changed since the last write.
     pub fn flush(&self) -> Result<()> {
         let stored = {

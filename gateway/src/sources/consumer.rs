@@ -2,11 +2,12 @@
 //! turns records into governed rows, and writes them with their source positions.
 //!
 //! A partition's writes are strictly sequential: it writes the rows of one fetch (one
-//! commit group), waits until they are durable, and only then writes the next. The
-//! next fetch is fetched and decoded (on a blocking thread) while the group before it
-//! commits, since decoding JSON is most of ingest's work and a commit mostly waits on
-//! syncs. Memory stays bounded by two fetches per partition, and consumption slows by
-//! itself when the store's group commit falls behind (backpressure).
+//! commit group), waits until they are durable, and only then writes the next. Fetching
+//! and decoding run ahead of the commits, as stages of a pipeline: a fetch from a broker
+//! mostly waits, decoding JSON is most of ingest's CPU work (on a blocking thread), and
+//! a commit mostly waits on syncs. Memory stays bounded by four fetches per partition,
+//! and consumption slows by itself when the store's group commit falls behind
+//! (backpressure).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,11 +31,11 @@ use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result};
 use crate::state::GatewayState;
 
-/// One fetch, decoded: the partition's high watermark, and the rows to write (none
+/// One fetch: the partition's high watermark, and the task decoding its records (none
 /// when the fetch held no record at or past the offset asked for).
-struct Ready {
+struct Fetched {
     high_watermark: i64,
-    group: Option<DecodedGroup>,
+    decoding: Option<tokio::task::JoinHandle<Result<DecodedGroup>>>,
 }
 
 /// The rows of one fetch, decoded but not yet governed or written: one commit group.
@@ -286,64 +287,25 @@ impl PartitionTask {
         let name = self.source.config.name.clone();
         let mut wait = FIRST_RETRY;
         let mut client = None;
-        let mut next = None;
-        // The fetch after the one being written, fetched and decoded while it is
-        // written: network, decoding and disk overlap, and memory holds at most two
-        // fetches per partition.
-        let mut ahead: Option<(i64, Result<Ready>)> = None;
         loop {
             if cancel.is_cancelled() {
                 return;
             }
+            let mut progressed = false;
             let step = async {
                 if client.is_none() {
                     client = Some(self.partition_client().await?);
                 }
                 let pc = client.as_ref().expect("set above");
-                if next.is_none() {
-                    next = Some(self.first_offset(pc).await?);
-                }
-                let from = next.expect("set above");
-                let ready = match ahead.take() {
-                    Some((at, ready)) if at == from => ready?,
-                    _ => self.fetch_and_decode(pc, from).await?,
-                };
-                let high_watermark = ready.high_watermark;
-                self.source.partition(self.partition, |p| {
-                    p.high_watermark = Some(high_watermark);
-                    p.next_offset = Some(from);
-                    p.lag = Some((high_watermark - from).max(0));
-                });
-                let Some(group) = ready.group else {
-                    return Ok::<_, GatewayError>(None);
-                };
-                let last = group.last;
-                let (outcome, following) = tokio::join!(
-                    self.commit_group(group),
-                    self.fetch_and_decode(pc, last + 1)
-                );
-                let outcome = outcome?;
-                if matches!(outcome, Group::Written) {
-                    ahead = Some((last + 1, following));
-                }
-                let moved_to = match &outcome {
-                    Group::Written => last + 1,
-                    Group::StoppedAt(r) => r.offset,
-                };
-                next = Some(moved_to);
-                self.source.checkpoint.advance(self.partition, moved_to);
-                self.source.partition(self.partition, |p| {
-                    p.next_offset = Some(moved_to);
-                    p.lag = Some((high_watermark - moved_to).max(0));
-                });
-                Ok(Some(outcome))
+                let from = self.first_offset(pc).await?;
+                self.consume_from(pc, from, &mut progressed).await
             };
             let result = tokio::select! {
                 _ = cancel.cancelled() => return,
                 r = step => r,
             };
             match result {
-                Ok(Some(Group::StoppedAt(reject))) => {
+                Ok(reject) => {
                     let reason = format!(
                         "stopped at partition {} offset {}: {}",
                         reject.partition, reject.offset, reject.reason
@@ -352,18 +314,18 @@ impl PartitionTask {
                     self.source.set_state(SourceState::Failed, Some(reason));
                     return;
                 }
-                Ok(_) => wait = FIRST_RETRY,
                 Err(e) => {
                     tracing::warn!(source = %name, partition = self.partition, "retrying: {e}");
                     // Go on from the stored position (moved past records the broker
                     // deleted, where that was the failure).
-                    next = None;
-                    ahead = None;
                     self.source.partition(self.partition, |p| {
                         p.last_error = Some(e.to_string());
                     });
                     if matches!(e, GatewayError::Unavailable(_)) {
                         client = None;
+                    }
+                    if progressed {
+                        wait = FIRST_RETRY;
                     }
                     tokio::select! {
                         _ = cancel.cancelled() => return,
@@ -372,6 +334,102 @@ impl PartitionTask {
                     wait = (wait * 2).min(MAX_RETRY);
                 }
             }
+        }
+    }
+
+    /// Consumes the partition from `from` until a failure (returned; the caller goes on
+    /// from the stored position) or, under `on_error = "stop"`, a bad record (returned
+    /// as `Ok`). Three stages overlap: fetching, decoding (a task per fetch) and
+    /// committing, which is strictly sequential. The channel between them holds one
+    /// fetch, so a partition holds at most four fetches in memory (one arriving, one
+    /// queued, one decoding or waiting, one committing), and a commit that falls behind
+    /// stops the fetching (backpressure).
+    async fn consume_from(
+        &self,
+        pc: &PartitionClient,
+        from: i64,
+        progressed: &mut bool,
+    ) -> Result<Reject> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(i64, Result<Fetched>)>(1);
+        let fetcher = async {
+            let mut at = from;
+            loop {
+                let item = self.fetch(pc, at).await.map(|(records, high_watermark)| {
+                    let records: Vec<RecordAndOffset> =
+                        records.into_iter().filter(|r| r.offset >= at).collect();
+                    let next = records.last().map_or(at, |r| r.offset + 1);
+                    let decoding = (!records.is_empty()).then(|| {
+                        tokio::spawn(decode_group(
+                            Arc::clone(&self.state),
+                            Arc::clone(&self.source),
+                            self.partition,
+                            records,
+                        ))
+                    });
+                    (
+                        next,
+                        Fetched {
+                            high_watermark,
+                            decoding,
+                        },
+                    )
+                });
+                let (next, item) = match item {
+                    Ok((next, fetched)) => (Some(next), Ok(fetched)),
+                    Err(e) => (None, Err(e)),
+                };
+                if tx.send((at, item)).await.is_err() {
+                    return;
+                }
+                match next {
+                    Some(next) => at = next,
+                    // The committer returns with the failure; this stage is dropped.
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let committer = async {
+            while let Some((at, item)) = rx.recv().await {
+                let fetched = item?;
+                let high_watermark = fetched.high_watermark;
+                self.source.partition(self.partition, |p| {
+                    p.high_watermark = Some(high_watermark);
+                    p.next_offset = Some(at);
+                    p.lag = Some((high_watermark - at).max(0));
+                });
+                let Some(decoding) = fetched.decoding else {
+                    continue;
+                };
+                let group = decoding
+                    .await
+                    .map_err(|e| GatewayError::Internal(format!("decoding records: {e}")))??;
+                let last = group.last;
+                let outcome = self.commit_group(group).await?;
+                *progressed = true;
+                let moved_to = match &outcome {
+                    Group::Written => last + 1,
+                    Group::StoppedAt(r) => r.offset,
+                };
+                // Never lowered: the fetch stage may have moved it past offsets the
+                // broker deleted.
+                self.source.checkpoint.raise(self.partition, moved_to);
+                self.source.partition(self.partition, |p| {
+                    p.next_offset = Some(moved_to);
+                    p.lag = Some((high_watermark - moved_to).max(0));
+                });
+                if let Group::StoppedAt(reject) = outcome {
+                    return Ok(reject);
+                }
+            }
+            Err(GatewayError::Internal(
+                "the fetch stage of a source ended".into(),
+            ))
+        };
+        tokio::select! {
+            r = committer => r,
+            () = fetcher => Err(GatewayError::Internal(
+                "the fetch stage of a source ended".into(),
+            )),
         }
     }
 
@@ -495,107 +553,6 @@ impl PartitionTask {
         ))
     }
 
-    /// Fetches from `from` and decodes what came.
-    async fn fetch_and_decode(&self, pc: &PartitionClient, from: i64) -> Result<Ready> {
-        let (records, high_watermark) = self.fetch(pc, from).await?;
-        let records: Vec<RecordAndOffset> =
-            records.into_iter().filter(|r| r.offset >= from).collect();
-        let group = if records.is_empty() {
-            None
-        } else {
-            Some(self.decode_group(records).await?)
-        };
-        Ok(Ready {
-            high_watermark,
-            group,
-        })
-    }
-
-    /// Turns the records of one fetch into rows of the table and rejects. Decoding is
-    /// the costly part of ingest, so it runs on a blocking thread, beside the commit
-    /// of the group before (which waits on syncs). Nothing here depends on governance
-    /// state that may change before the commit: the write rules and the deletion
-    /// filter apply in [`PartitionTask::commit_group`].
-    async fn decode_group(&self, records: Vec<RecordAndOffset>) -> Result<DecodedGroup> {
-        let table = self.state.store.table(&self.source_table()?)?;
-        let def = table.def();
-        let config = &self.source.config;
-        let (fetched, first, last) = (
-            records.len() as u64,
-            records.first().map_or(0, |r| r.offset),
-            records.last().map_or(0, |r| r.offset),
-        );
-        // The records' bytes move into the decoder's input; nothing is copied.
-        let mut incoming: Vec<Incoming> = records
-            .into_iter()
-            .map(|r| Incoming {
-                partition: self.partition,
-                offset: r.offset,
-                timestamp: r.record.timestamp.timestamp_micros(),
-                key: r.record.key,
-                value: r.record.value,
-            })
-            .collect();
-        let mut rejects = Vec::new();
-        if let Some(avro) = &self.source.avro {
-            // Avro values become the JSON objects the decoder reads; those that cannot
-            // are bad records (a tombstone's null value stays null).
-            let mut kept = Vec::with_capacity(incoming.len());
-            for mut r in incoming {
-                if let Some(value) = &r.value {
-                    match avro.to_json(value).await? {
-                        Ok(json) => r.value = Some(json),
-                        Err(reason) => {
-                            rejects.push(Reject {
-                                partition: r.partition,
-                                offset: r.offset,
-                                reason,
-                            });
-                            continue;
-                        }
-                    }
-                }
-                kept.push(r);
-            }
-            incoming = kept;
-        }
-        // Under `on_error = "stop"`, the partition stops at its first bad record.
-        let mut avro_stop = None;
-        if config.on_error == OnError::Stop
-            && let Some(first) = rejects.first().cloned()
-        {
-            incoming.retain(|r| r.offset < first.offset);
-            rejects.clear();
-            avro_stop = Some(first);
-        }
-        let values = RowDecoder::new(&def, &config.mapping, config.time_from, false)
-            .map_err(GatewayError::InvalidArgument)?;
-        let keys = if table.is_primary_key() {
-            Some(
-                RowDecoder::new(&def, &config.mapping, config.time_from, true)
-                    .map_err(GatewayError::InvalidArgument)?,
-            )
-        } else {
-            None
-        };
-        let on_error = config.on_error;
-        let (runs, run_rejects, stopped) = tokio::task::spawn_blocking(move || {
-            decode_runs(&incoming, &values, keys.as_ref(), on_error)
-        })
-        .await
-        .map_err(|e| GatewayError::Internal(format!("decoding records: {e}")))?;
-        rejects.extend(run_rejects);
-        Ok(DecodedGroup {
-            table,
-            fetched,
-            first,
-            last,
-            runs,
-            rejects,
-            stopped: stopped.or(avro_stop),
-        })
-    }
-
     /// Writes the rows of one fetch (and its rejects) and returns once they are
     /// durable. A failure leaves the partition's position where it was: the retry
     /// fetches the same records, and the source marks skip what was written.
@@ -711,9 +668,103 @@ impl PartitionTask {
     }
 
     fn source_table(&self) -> Result<hotgate_store::TableName> {
-        hotgate_store::TableName::parse(&self.source.config.table)
-            .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))
+        source_table(&self.source.config)
     }
+}
+
+/// Turns the records of one fetch into rows of the table and rejects. Decoding is
+/// the costly part of ingest, so it runs on a blocking thread, beside the commit
+/// of the group before (which waits on syncs). Nothing here depends on governance
+/// state that may change before the commit: the write rules and the deletion
+/// filter apply in `PartitionTask::commit_group`.
+async fn decode_group(
+    state: Arc<GatewayState>,
+    source: Arc<SourceRuntime>,
+    partition: i32,
+    records: Vec<RecordAndOffset>,
+) -> Result<DecodedGroup> {
+    let table = state.store.table(&source_table(&source.config)?)?;
+    let def = table.def();
+    let config = &source.config;
+    let (fetched, first, last) = (
+        records.len() as u64,
+        records.first().map_or(0, |r| r.offset),
+        records.last().map_or(0, |r| r.offset),
+    );
+    // The records' bytes move into the decoder's input; nothing is copied.
+    let mut incoming: Vec<Incoming> = records
+        .into_iter()
+        .map(|r| Incoming {
+            partition,
+            offset: r.offset,
+            timestamp: r.record.timestamp.timestamp_micros(),
+            key: r.record.key,
+            value: r.record.value,
+        })
+        .collect();
+    let mut rejects = Vec::new();
+    if let Some(avro) = &source.avro {
+        // Avro values become the JSON objects the decoder reads; those that cannot
+        // are bad records (a tombstone's null value stays null).
+        let mut kept = Vec::with_capacity(incoming.len());
+        for mut r in incoming {
+            if let Some(value) = &r.value {
+                match avro.to_json(value).await? {
+                    Ok(json) => r.value = Some(json),
+                    Err(reason) => {
+                        rejects.push(Reject {
+                            partition: r.partition,
+                            offset: r.offset,
+                            reason,
+                        });
+                        continue;
+                    }
+                }
+            }
+            kept.push(r);
+        }
+        incoming = kept;
+    }
+    // Under `on_error = "stop"`, the partition stops at its first bad record.
+    let mut avro_stop = None;
+    if config.on_error == OnError::Stop
+        && let Some(first) = rejects.first().cloned()
+    {
+        incoming.retain(|r| r.offset < first.offset);
+        rejects.clear();
+        avro_stop = Some(first);
+    }
+    let values = RowDecoder::new(&def, &config.mapping, config.time_from, false)
+        .map_err(GatewayError::InvalidArgument)?;
+    let keys = if table.is_primary_key() {
+        Some(
+            RowDecoder::new(&def, &config.mapping, config.time_from, true)
+                .map_err(GatewayError::InvalidArgument)?,
+        )
+    } else {
+        None
+    };
+    let on_error = config.on_error;
+    let (runs, run_rejects, stopped) = tokio::task::spawn_blocking(move || {
+        decode_runs(&incoming, &values, keys.as_ref(), on_error)
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("decoding records: {e}")))?;
+    rejects.extend(run_rejects);
+    Ok(DecodedGroup {
+        table,
+        fetched,
+        first,
+        last,
+        runs,
+        rejects,
+        stopped: stopped.or(avro_stop),
+    })
+}
+
+fn source_table(config: &SourceConfig) -> Result<hotgate_store::TableName> {
+    hotgate_store::TableName::parse(&config.table)
+        .map_err(|e| GatewayError::InvalidArgument(format!("table: {e}")))
 }
 
 /// Decodes a group's records into runs of rows: a primary-key table takes runs of
