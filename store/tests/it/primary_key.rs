@@ -356,6 +356,119 @@ async fn the_state_is_rebuilt_from_the_log() {
     assert_eq!(folded, before);
 }
 
+/// Rebuilding lost buckets from rows the cold tier holds: the state is refused to
+/// reads and writes until every bucket is whole, rows are checked against their
+/// bucket, a bucket the hot tier has is not rebuilt, and a rebuilt bucket's log starts
+/// at its floor, with the state on disk across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_buckets_are_rebuilt_and_refused_until_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let table = store.create_table(users_spec()).await.unwrap();
+    let ids: Vec<i64> = (0..40).collect();
+    let bucket_of = |id: i64| {
+        let keys: ArrayRef = Arc::new(Int64Array::from(vec![id]));
+        hotgate_store::bucket::buckets_of(&keys, 2).unwrap()[0]
+    };
+    let of = |bucket: u32| -> Vec<i64> {
+        ids.iter()
+            .copied()
+            .filter(|i| bucket_of(*i) == bucket)
+            .collect()
+    };
+    let cold_rows = |ids: &[i64]| {
+        let names: Vec<String> = ids.iter().map(|id| format!("cold-{id}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        rows(
+            ids,
+            &names,
+            &vec![Some(1.0); ids.len()],
+            &vec![T0; ids.len()],
+        )
+    };
+    let floors = (0..2u32)
+        .map(|bucket| {
+            (
+                hotgate_store::LogId { day: None, bucket },
+                hotgate_store::LogFloor {
+                    first_offset: 100 + u64::from(bucket),
+                    marks: Default::default(),
+                },
+            )
+        })
+        .collect();
+    table.set_floors(floors).unwrap();
+
+    table.begin_restore(&[0, 1]).unwrap();
+    let refused = table.lookup(&keys(&[1])).unwrap_err();
+    assert_eq!(refused.kind(), hotgate_store::ErrorKind::Unavailable);
+    assert!(refused.to_string().contains("being rebuilt"), "{refused}");
+    let write = table
+        .write_changes(&cold_rows(&[1]), ChangeOp::Upsert)
+        .await
+        .unwrap_err();
+    assert_eq!(write.kind(), hotgate_store::ErrorKind::Unavailable);
+    // A row of the other bucket among a bucket's cold rows is refused, and puts nothing.
+    let mixed = table.restore_rows(0, &cold_rows(&ids)).await.unwrap_err();
+    assert!(
+        mixed.to_string().contains("came with the cold rows"),
+        "{mixed}"
+    );
+    for bucket in 0..2 {
+        let put = table
+            .restore_rows(bucket, &cold_rows(&of(bucket)))
+            .await
+            .unwrap();
+        assert_eq!(put, of(bucket).len() as u64);
+    }
+    table.finish_restore(0).await.unwrap();
+    // Still one bucket to go: still refused.
+    assert!(table.lookup(&keys(&[1])).is_err());
+    table.finish_restore(1).await.unwrap();
+    assert!(
+        table.finish_restore(1).await.is_err(),
+        "not being rebuilt any more"
+    );
+    let found = table.lookup(&keys(&ids)).unwrap();
+    assert!(found.missing.is_empty());
+    let names = string_values(std::slice::from_ref(&found.rows), "name");
+    assert_eq!(names[0].as_deref(), Some("cold-0"));
+    // Each log starts at its floor; a bucket with a log is not rebuilt again.
+    let ends = table.end_offsets();
+    assert_eq!(
+        ends[&hotgate_store::LogId {
+            day: None,
+            bucket: 1
+        }],
+        101
+    );
+    assert!(table.begin_restore(&[1]).is_err());
+    assert!(table.begin_restore(&[7]).is_err(), "no such bucket");
+    // A change goes on from the floor, with the rebuilt row as its before image.
+    let id = of(1)[0];
+    table
+        .write_changes(&rows(&[id], &["hot"], &[None], &[T0 + 1]), ChangeOp::Upsert)
+        .await
+        .unwrap();
+    let changes = changelog(&store);
+    let kinds: Vec<(u64, &str, &str)> = changes
+        .iter()
+        .map(|c| (c.offset, c.kind.as_str(), c.name.as_str()))
+        .collect();
+    let before_name = format!("cold-{id}");
+    assert_eq!(
+        kinds,
+        vec![(101, "-U", before_name.as_str()), (102, "+U", "hot")]
+    );
+    store.close().await;
+    drop(table);
+    drop(store);
+    // The rebuilt rows are on disk: the state has them after a restart.
+    let store = open(dir.path()).await;
+    let after = state(&store);
+    assert_eq!(after.len(), ids.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_changes_are_refused_and_write_nothing() {
     let (_dir, store, table) = store_with(users_spec()).await;
