@@ -1019,3 +1019,52 @@ async fn a_lost_data_directory_is_rebuilt_from_the_cold_tier_and_the_topic() {
     );
     server.terminate();
 }
+
+/// `on_error = "stop"`: the partition writes the records before its first bad one and
+/// halts there, with the reason and the offset in its status, and its position stays
+/// at the bad record, so nothing after it is written or skipped. Later fetches that
+/// were already under way (the fetch stage runs ahead) write nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_error_stop_halts_at_the_first_bad_record() {
+    let broker = KafkaBroker::start();
+    create_topic(&broker, "strict", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Launch::new(dir.path()).start();
+    let token = server.caller("alice", &["analyst"]);
+    token.create_table(orders_spec()).await;
+    // Small fetches, so that several are in flight past the bad record.
+    let source = serde_json::json!({
+        "name": "strict", "brokers": [broker.bootstrap], "topic": "strict",
+        "table": "app.orders", "on_error": "stop", "fetch_max_bytes": 4096
+    });
+    let (status, answer) = token.http_post("/v1/sources", source).await;
+    assert_eq!(status, 201, "{answer}");
+    let mut records: Vec<serde_json::Value> = (0..300).map(|id| order(id, 1)).collect();
+    records.push(serde_json::json!({"partition": 0, "key": "bad", "raw": "not json"}));
+    records.extend((300..600).map(|id| order(id, 1)));
+    assert_eq!(produce(&broker, "strict", &records), 601);
+
+    let started = Instant::now();
+    let body = loop {
+        let (_, body) = token.http(Method::GET, "/v1/sources/strict", None).await;
+        if body["state"] == "failed" {
+            break body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the source never stopped: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let reason = body["last_error"].as_str().unwrap_or_default();
+    assert!(reason.contains("offset 300"), "{body}");
+    assert_eq!(body["partitions"][0]["next_offset"], 300, "{body}");
+    assert_eq!(body["partitions"][0]["rows"], 300, "{body}");
+    // Nothing past the bad record was written, also a while later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        order_ids(&server, &token).await,
+        (0..300).collect::<Vec<_>>()
+    );
+    server.terminate();
+}
