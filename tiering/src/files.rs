@@ -1,7 +1,7 @@
 //! Reading a snapshot's file lists: the live data files, for status, compaction and
-//! (later) the purge.
+//! (later) the purge, and the bucket a file's partition holds.
 
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, Literal, PrimitiveLiteral, Struct};
 use iceberg::table::Table;
 
 use crate::error::Result;
@@ -24,4 +24,13 @@ pub async fn live_data_files(table: &Table) -> Result<Vec<DataFile>> {
         );
     }
     Ok(files)
+}
+
+/// The bucket a data file's partition holds: its last field, which is `bucket(N, key)`
+/// in both of hotgate's specs (`day(time), bucket` and `bucket` alone).
+pub(crate) fn bucket_of(partition: &Struct) -> Option<u32> {
+    match partition.fields().last() {
+        Some(Some(Literal::Primitive(PrimitiveLiteral::Int(b)))) => u32::try_from(*b).ok(),
+        _ => None,
+    }
 }

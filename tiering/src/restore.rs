@@ -12,11 +12,11 @@ use futures::{StreamExt, TryStreamExt};
 use hotgate_store::HotTable;
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::Literal;
 use iceberg::table::Table;
 
 use crate::convert::conform;
 use crate::error::Result;
+use crate::files::bucket_of;
 
 /// Rebuilds the state of `buckets` of `hot` from `table`'s current snapshot; returns
 /// the rows put. The floors must be installed already.
@@ -79,12 +79,8 @@ async fn bucket_files(table: &Table, buckets: &[u32]) -> Result<Vec<(u32, FileSc
     Ok(tasks
         .into_iter()
         .filter_map(|task| {
-            let bucket = buckets.iter().copied().find(|b| {
-                task.partition
-                    .as_ref()
-                    .is_some_and(|p| p.fields().last() == Some(&Some(Literal::int(*b as i32))))
-            })?;
-            Some((bucket, task))
+            let bucket = task.partition.as_ref().and_then(bucket_of)?;
+            buckets.contains(&bucket).then_some((bucket, task))
         })
         .collect())
 }

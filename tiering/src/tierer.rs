@@ -900,13 +900,7 @@ async fn dump_buckets(
     let remove = crate::files::live_data_files(base)
         .await?
         .into_iter()
-        .filter(|f| {
-            f.partition().fields().last().is_some_and(|v| {
-                buckets
-                    .iter()
-                    .any(|b| *v == Some(iceberg::spec::Literal::int(*b as i32)))
-            })
-        })
+        .filter(|f| crate::files::bucket_of(f.partition()).is_some_and(|b| buckets.contains(&b)))
         .map(|f| f.file_path().to_owned())
         .collect();
     let mut next = committed.clone();

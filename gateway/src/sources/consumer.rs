@@ -388,6 +388,10 @@ impl PartitionTask {
                 }
             }
         };
+        // The fetch stage ends only once the commit stage has gone, and the commit stage
+        // runs out of fetches only once the fetch stage has gone: neither happens while
+        // both run, but neither is left to a panic.
+        let ended = || GatewayError::Internal("the fetch stage of a source ended".into());
         let committer = async {
             while let Some((at, item)) = rx.recv().await {
                 let fetched = item?;
@@ -421,15 +425,11 @@ impl PartitionTask {
                     return Ok(reject);
                 }
             }
-            Err(GatewayError::Internal(
-                "the fetch stage of a source ended".into(),
-            ))
+            Err(ended())
         };
         tokio::select! {
             r = committer => r,
-            () = fetcher => Err(GatewayError::Internal(
-                "the fetch stage of a source ended".into(),
-            )),
+            () = fetcher => Err(ended()),
         }
     }
 
@@ -485,7 +485,7 @@ impl PartitionTask {
 
     /// The offset of this partition at or below which the cold tier holds every record.
     fn cold_complete(&self) -> Result<Option<i64>> {
-        let table = self.source_table()?;
+        let table = source_table(&self.source.config)?;
         if !self
             .state
             .store
@@ -665,10 +665,6 @@ impl PartitionTask {
             p.last_commit_ms = Some(started.elapsed().as_secs_f64() * 1e3);
         });
         Ok(written)
-    }
-
-    fn source_table(&self) -> Result<hotgate_store::TableName> {
-        source_table(&self.source.config)
     }
 }
 

@@ -128,8 +128,20 @@ async fn order_ids(server: &Server, token: &Caller) -> Vec<i64> {
     ids
 }
 
-/// Waits until the source's status says every partition has no lag, and returns it.
+/// Waits until the source's status says every partition has no lag and its partitions
+/// have written at least `expected_rows` rows, and returns it.
 async fn caught_up(token: &Caller, name: &str, expected_rows: usize) -> serde_json::Value {
+    caught_up_on(token, name, "rows", expected_rows).await
+}
+
+/// [`caught_up`] on any per-partition counter of the status (`rows`, or `records`:
+/// those taken from the topic, tombstones included).
+async fn caught_up_on(
+    token: &Caller,
+    name: &str,
+    counter: &str,
+    at_least: usize,
+) -> serde_json::Value {
     let start = Instant::now();
     loop {
         let (status, body) = token
@@ -137,13 +149,13 @@ async fn caught_up(token: &Caller, name: &str, expected_rows: usize) -> serde_js
             .await;
         if status == 200 {
             let partitions = body["partitions"].as_array().cloned().unwrap_or_default();
-            let rows: u64 = partitions
+            let counted: u64 = partitions
                 .iter()
-                .map(|p| p["rows"].as_u64().unwrap_or(0))
+                .map(|p| p[counter].as_u64().unwrap_or(0))
                 .sum();
             let done = !partitions.is_empty()
                 && partitions.iter().all(|p| p["lag"] == 0)
-                && rows as usize >= expected_rows;
+                && counted as usize >= at_least;
             if done {
                 return body;
             }
@@ -154,6 +166,22 @@ async fn caught_up(token: &Caller, name: &str, expected_rows: usize) -> serde_js
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A config file in `dir` with one source from `topic` into `table`, tiering into the
+/// REST catalog `rest`.
+fn source_config_tiered(
+    dir: &Path,
+    broker: &KafkaBroker,
+    topic: &str,
+    table: &str,
+    rest: &RestCatalogServer,
+) -> PathBuf {
+    let config = source_config(dir, broker, topic, table);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&rest.catalog_toml());
+    std::fs::write(&config, text).unwrap();
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,21 +394,8 @@ async fn a_primary_key_table_is_the_fold_of_its_topic() {
         fold.remove(&id);
     }
     assert_eq!(produce(&broker, "users", &records), records.len());
-    caught_up(&token, "users", 0).await;
     // The source catches up on both partitions: wait for the state to settle.
-    let start = Instant::now();
-    loop {
-        let (status, body) = token.http(Method::GET, "/v1/sources/users", None).await;
-        let records_taken: u64 = body["partitions"]
-            .as_array()
-            .map(|ps| ps.iter().map(|p| p["records"].as_u64().unwrap_or(0)).sum())
-            .unwrap_or(0);
-        if records_taken as usize == records.len() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "{status} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    caught_up_on(&token, "users", "records", records.len()).await;
     let expected: Vec<(i64, String)> = fold.into_iter().collect();
     assert_eq!(users(&token).await, expected);
     server.terminate();
@@ -432,10 +447,7 @@ async fn a_lost_primary_key_state_is_rebuilt_from_the_cold_tier_and_the_topic() 
     let rest = RestCatalogServer::start();
     create_topic(&broker, "users", 2);
     let settings = tempfile::tempdir().unwrap();
-    let config = source_config(settings.path(), &broker, "users", "app.users");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&rest.catalog_toml());
-    std::fs::write(&config, text).unwrap();
+    let config = source_config_tiered(settings.path(), &broker, "users", "app.users", &rest);
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().join("data");
     let start = || Launch::new(&data_dir).config(&config).start();
@@ -448,12 +460,12 @@ async fn a_lost_primary_key_state_is_rebuilt_from_the_cold_tier_and_the_topic() 
     let mut tiered = users_round(&mut fold, 0..300, 0, |_| false);
     tiered.extend(users_round(&mut fold, 0..300, 1, |id| id % 7 == 0));
     produce(&broker, "users", &tiered);
-    users_caught_up(&token, tiered.len()).await;
+    caught_up_on(&token, "users", "records", tiered.len()).await;
     assert!(tier_table(&server, "app.users").await > 0);
     // Hot only: updates of the first 100 keys, every 11th deleted.
     let hot = users_round(&mut fold, 0..100, 2, |id| id % 11 == 0);
     produce(&broker, "users", &hot);
-    users_caught_up(&token, tiered.len() + hot.len()).await;
+    caught_up_on(&token, "users", "records", tiered.len() + hot.len()).await;
     server.kill9();
     std::fs::remove_dir_all(&data_dir).unwrap();
     // While it is down: updates of keys 200..400 (100 of them new).
@@ -511,27 +523,6 @@ fn users_round(
         }
     })
     .collect()
-}
-
-/// Waits until the `users` source has taken `records` records with no lag.
-async fn users_caught_up(token: &Caller, records: usize) {
-    let started = Instant::now();
-    loop {
-        let (status, body) = token.http(Method::GET, "/v1/sources/users", None).await;
-        let partitions = body["partitions"].as_array().cloned().unwrap_or_default();
-        let taken: u64 = partitions
-            .iter()
-            .map(|p| p["records"].as_u64().unwrap_or(0))
-            .sum();
-        if taken as usize >= records && partitions.iter().all(|p| p["lag"] == 0) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the source never caught up: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Waits until `app.orders` holds at least `n` rows and returns their ids, sorted.
@@ -967,10 +958,7 @@ async fn a_lost_data_directory_is_rebuilt_from_the_cold_tier_and_the_topic() {
     let rest = RestCatalogServer::start();
     create_topic(&broker, "orders", 4);
     let settings = tempfile::tempdir().unwrap();
-    let config = source_config(settings.path(), &broker, "orders", "app.orders");
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&rest.catalog_toml());
-    std::fs::write(&config, text).unwrap();
+    let config = source_config_tiered(settings.path(), &broker, "orders", "app.orders", &rest);
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().join("data");
     let start = || Launch::new(&data_dir).config(&config).start();
