@@ -20,6 +20,9 @@ pub struct GatewayMetrics {
     pub errors: IntCounterVec,
     pub read_seconds: HistogramVec,
     pub put_rows: IntCounter,
+    /// Hot frames a scan sent as stored, and those it decoded ([`crate::flight`]'s
+    /// zero-copy scans).
+    pub scan_frames: IntCounterVec,
     store_appends: IntCounter,
     store_rows: IntCounter,
     store_bytes: IntCounter,
@@ -151,6 +154,17 @@ impl GatewayMetrics {
             ),
         );
         Self {
+            scan_frames: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "hotgate_scan_frames_total",
+                        "Hot frames of zero-copy scans, by how they were sent: stored (as \
+                         written) or decoded (rows that needed work)",
+                    ),
+                    &["sent"],
+                ),
+            ),
             put_rows: counter(
                 &registry,
                 "hotgate_put_rows_total",

@@ -271,6 +271,7 @@ impl TableProvider for HotTableProvider {
                         of: MAX_PARTITIONS,
                         files: files.clone(),
                     }),
+                    buckets: None,
                 },
                 schema: Arc::clone(&projected),
                 buckets: self.buckets.clone(),

@@ -459,8 +459,21 @@ impl HotTable {
 
     /// The current rows of a primary-key table, bucket by bucket in key order.
     pub fn current_rows(&self, rows_per_batch: usize) -> Result<Vec<RecordBatch>> {
+        self.current_rows_of(None, rows_per_batch)
+    }
+
+    /// The current rows of a primary-key table's `buckets` (all when `None`), bucket by
+    /// bucket in key order.
+    pub fn current_rows_of(
+        &self,
+        buckets: Option<&[u32]>,
+        rows_per_batch: usize,
+    ) -> Result<Vec<RecordBatch>> {
         let pk = self.whole_state()?;
-        let buckets: Vec<u32> = (0..self.def().buckets()).collect();
+        let buckets: Vec<u32> = match buckets {
+            Some(b) => b.to_vec(),
+            None => (0..self.def().buckets()).collect(),
+        };
         let mut out = Vec::new();
         pk.scan_snapshot(
             &buckets,

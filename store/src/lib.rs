@@ -42,10 +42,11 @@ pub use log::{Clock, Log, LogOptions, Pending, RewriteReport};
 pub use metrics::{MetricsSnapshot, StoreMetrics};
 pub use primary_key::{CHANGE_COLUMN, ChangeOp, state_bytes_of_string};
 pub use scan::{
-    BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch, Tail,
-    change_meta_fields,
+    BUCKET_COLUMN, COMMIT_TS_COLUMN, HotScan, OFFSET_COLUMN, ScanRequest, ScannedBatch,
+    ScannedItem, Tail, change_meta_fields,
 };
 pub use search::{HotSearch, contains_any};
+pub use segment::IpcFrame;
 pub use source_marks::{SourceMarks, SourceRows};
 pub use store::{DEFAULT_STATE_CACHE_BYTES, Store, StoreOptions};
 pub use table_def::{

@@ -15,7 +15,7 @@ use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
 use crate::hot_table::HotTable;
 use crate::log::PlannedFrame;
-use crate::segment::read_frame;
+use crate::segment::{IpcFrame, read_frame, read_frame_ipc};
 use crate::table_def::UTC;
 use crate::validate::{check_time_bounds, time_mask};
 
@@ -260,6 +260,74 @@ impl HotScan {
             batch = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         }
         Ok(batch)
+    }
+}
+
+/// One item of [`HotScan::next_item`]: a frame as stored, or decoded rows.
+#[derive(Debug, Clone)]
+pub enum ScannedItem {
+    /// A whole frame's rows as its stored IPC, projected, not decoded.
+    Ipc {
+        log: LogId,
+        offsets: Range<u64>,
+        frame: IpcFrame,
+    },
+    Batch(ScannedBatch),
+}
+
+impl HotScan {
+    /// The next item, where a frame that needs no row work comes back as its stored
+    /// IPC bytes (see [`crate::segment::read_frame_ipc`]): wholly inside the time range,
+    /// every row of it in the scan and none deleted, no change metadata asked for, and
+    /// its projected body at most `max_body` bytes. Every other frame is decoded as
+    /// [`Iterator::next`] does. The items are the same rows, in the same order.
+    pub fn next_item(&mut self, max_body: usize) -> Option<Result<ScannedItem>> {
+        loop {
+            let planned = self.frames.pop_front()?;
+            match self.read_ipc(&planned, max_body) {
+                Ok(Some(frame)) if frame.rows == 0 => continue,
+                Ok(Some(frame)) => {
+                    return Some(Ok(ScannedItem::Ipc {
+                        log: planned.log,
+                        offsets: planned.rows,
+                        frame,
+                    }));
+                }
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            match self.read(&planned) {
+                Ok(batch) if batch.num_rows() == 0 => continue,
+                Ok(batch) => {
+                    return Some(Ok(ScannedItem::Batch(ScannedBatch {
+                        log: planned.log,
+                        offsets: planned.rows,
+                        batch,
+                    })));
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    fn read_ipc(&self, planned: &PlannedFrame, max_body: usize) -> Result<Option<IpcFrame>> {
+        let meta = &planned.meta;
+        let inside = self.time_index.is_none()
+            || self.since.is_none_or(|s| meta.min_event_ts >= s)
+                && self.until.is_none_or(|u| meta.max_event_ts < u);
+        let whole = planned.rows.start == meta.base_offset && planned.rows.end == meta.end_offset();
+        let deleted = crate::log::sidecar::keep_mask(&planned.deleted, planned.rows.clone());
+        if self.change_meta || !inside || !whole || deleted.is_some() {
+            return Ok(None);
+        }
+        read_frame_ipc(
+            &planned.file,
+            &planned.path,
+            meta,
+            &self.table_schema,
+            &self.projection,
+            max_body,
+        )
     }
 }
 

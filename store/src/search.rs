@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
 use crate::hot_table::HotTable;
 use crate::primary_key::state_bytes_of_string;
@@ -15,6 +16,8 @@ use crate::primary_key::state_bytes_of_string;
 pub struct HotSearch {
     pub files_searched: usize,
     pub bytes_searched: u64,
+    /// Files of the logs of other buckets, not read (a search scoped to some buckets).
+    pub files_skipped: usize,
     /// The first file holding a literal, relative to the data directory (the literal
     /// itself is not named).
     pub first_match: Option<String>,
@@ -32,7 +35,17 @@ impl HotTable {
     /// In a primary-key table's files, each UTF-8 literal is also searched in the form
     /// RocksDB stores it (the arrow row format cuts strings into blocks). A file that
     /// vanishes meanwhile (a compaction, a segment rename) is skipped. Blocking.
-    pub fn search_literals(&self, literals: &[Vec<u8>]) -> Result<HotSearch> {
+    ///
+    /// With `buckets`, the files of other buckets' logs (`day=*/bucket=B/`) are not
+    /// read: the caller knows no other bucket can hold a matching row. Every other file
+    /// is: the table's own files outside the log directories, and the whole RocksDB
+    /// state, whose files mix every bucket (and hold keys and values in their index
+    /// blocks and bounds).
+    pub fn search_literals(
+        &self,
+        literals: &[Vec<u8>],
+        buckets: Option<&[u32]>,
+    ) -> Result<HotSearch> {
         let mut needles = literals.to_vec();
         if self.is_primary_key() {
             for literal in literals {
@@ -68,6 +81,10 @@ impl HotTable {
                 let path = entry.map_err(|e| StoreError::io(&dir, e))?.path();
                 if path.is_dir() {
                     pending.push(path);
+                } else if buckets.is_some_and(|b| {
+                    bucket_of_log_file(self.dir(), &path).is_some_and(|of| !b.contains(&of))
+                }) {
+                    found.files_skipped += 1;
                 } else {
                     search(path, &mut found);
                 }
@@ -75,6 +92,16 @@ impl HotTable {
         }
         Ok(found)
     }
+}
+
+/// The bucket whose log directory (`<table>/day=*/bucket=B/`) holds `path`, if one does.
+fn bucket_of_log_file(table_dir: &Path, path: &Path) -> Option<u32> {
+    let mut parts = path.strip_prefix(table_dir).ok()?.components();
+    let day = parts.next()?.as_os_str().to_str()?;
+    let bucket = parts.next()?.as_os_str().to_str()?;
+    // A file directly in `day=*` is no log's, so it is searched.
+    parts.next()?;
+    LogId::parse_dirs(day, bucket).map(|id| id.bucket)
 }
 
 /// `path` relative to `root`, or its file name when it lies elsewhere.

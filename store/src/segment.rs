@@ -452,6 +452,200 @@ pub(crate) fn read_frame(
     Ok(RecordBatch::try_new(out_schema, columns)?)
 }
 
+/// A frame's stored Arrow IPC, projected: a RecordBatch message (flatbuffer) and its
+/// body, ready to be sent as they are (Flight's `data_header` and `data_body`).
+#[derive(Debug, Clone)]
+pub struct IpcFrame {
+    pub rows: usize,
+    pub header: bytes::Bytes,
+    pub body: bytes::Bytes,
+}
+
+/// Where projected column bytes start in a rebuilt body: the writer's alignment, so
+/// that every buffer keeps the alignment it was written with.
+const IPC_ALIGNMENT: usize = 64;
+
+/// Reads `projection` of a frame as stored IPC without decoding it (zero-copy), or
+/// `None` when the frame needs decoding: columns added after it was written (they come
+/// back as nulls), a projected body over `max_body` bytes (the caller splits decoded
+/// batches to fit a message).
+///
+/// Nothing is validated here: the frame's arrays were valid when written (they were
+/// built, and checked, by arrow-rs before they were encoded), a whole frame is read
+/// with its CRC checked, and a projected read checks that every buffer lies inside the
+/// body. The reader decodes, and validates, what it receives.
+pub(crate) fn read_frame_ipc(
+    file: &File,
+    path: &Path,
+    meta: &FrameMeta,
+    schema: &SchemaRef,
+    projection: &[usize],
+    max_body: usize,
+) -> Result<Option<IpcFrame>> {
+    let corrupt = |detail: String| StoreError::corrupt(path, detail);
+    let column_count = meta.column_count as usize;
+    if column_count > schema.fields().len() || projection.iter().any(|p| *p >= column_count) {
+        return Ok(None);
+    }
+    let payload_pos = meta.position + HEADER_LEN as u64;
+    let rows = meta.record_count as usize;
+    let full =
+        projection.len() == column_count && projection.iter().enumerate().all(|(i, p)| i == *p);
+    if full {
+        if meta.payload_len as usize > max_body + 4096 {
+            return Ok(None);
+        }
+        let mut frame = vec![0u8; meta.frame_len() as usize];
+        file.read_exact_at(&mut frame, meta.position)
+            .map_err(|e| StoreError::io(path, e))?;
+        let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        if crc32c::crc32c(&frame[8..]) != crc {
+            return Err(corrupt(format!(
+                "frame at byte {} fails its CRC",
+                meta.position
+            )));
+        }
+        let b = &frame[HEADER_LEN..HEADER_LEN + 4];
+        let meta_len = checked_meta_len([b[0], b[1], b[2], b[3]], meta, path)?;
+        let frame = bytes::Bytes::from(frame);
+        let header = frame.slice(HEADER_LEN + 4..HEADER_LEN + 4 + meta_len);
+        let message = arrow_ipc::root_as_message(&header)
+            .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+        let body_start = HEADER_LEN + pad8(4 + meta_len);
+        let body_len = usize::try_from(message.bodyLength())
+            .ok()
+            .filter(|l| body_start + l <= frame.len())
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "frame at byte {} has a bad body length",
+                    meta.position
+                ))
+            })?;
+        if message.header_as_record_batch().is_none() {
+            return Err(corrupt("IPC message is not a record batch".into()));
+        }
+        let body = frame.slice(body_start..body_start + body_len);
+        return Ok(Some(IpcFrame { rows, header, body }));
+    }
+
+    let mut len_bytes = [0u8; 4];
+    file.read_exact_at(&mut len_bytes, payload_pos)
+        .map_err(|e| StoreError::io(path, e))?;
+    let meta_len = checked_meta_len(len_bytes, meta, path)?;
+    let mut m = vec![0u8; meta_len];
+    file.read_exact_at(&mut m, payload_pos + 4)
+        .map_err(|e| StoreError::io(path, e))?;
+    let stored_body_len = meta.payload_len as usize - pad8(4 + meta_len);
+    let body_pos = payload_pos + pad8(4 + meta_len) as u64;
+    let message =
+        arrow_ipc::root_as_message(&m).map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+    let bad_buffers = || {
+        corrupt(format!(
+            "frame at byte {} has bad IPC buffers",
+            meta.position
+        ))
+    };
+    let ipc_batch = message.header_as_record_batch().ok_or_else(bad_buffers)?;
+    if ipc_batch.compression().is_some() {
+        return Err(corrupt(
+            "compressed IPC bodies are not written by hotgate".into(),
+        ));
+    }
+    let layout = column_layout(&ipc_batch, schema, column_count).ok_or_else(bad_buffers)?;
+    // Runs of adjacent columns are read with one call each; their buffers keep their
+    // places relative to the run's first byte.
+    let mut runs: Vec<(usize, usize)> = Vec::new(); // (first index into projection, len)
+    for (i, p) in projection.iter().enumerate() {
+        match runs.last_mut() {
+            Some((start, len)) if projection[*start + *len - 1] + 1 == *p => *len += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    let mut spans = Vec::with_capacity(runs.len());
+    let mut body_len = 0usize;
+    for &(start, len) in &runs {
+        let cols = &projection[start..start + len];
+        let mut span: Option<Range<usize>> = None;
+        for &p in cols {
+            let col = &layout[p];
+            if col.range.end > stored_body_len || col.rows != rows {
+                return Err(bad_buffers());
+            }
+            if !col.range.is_empty() {
+                span = Some(match span {
+                    None => col.range.clone(),
+                    Some(s) => s.start.min(col.range.start)..s.end.max(col.range.end),
+                });
+            }
+        }
+        let span = span.unwrap_or(0..0);
+        body_len = body_len.div_ceil(IPC_ALIGNMENT) * IPC_ALIGNMENT;
+        spans.push((body_len, span.clone()));
+        body_len += span.len();
+    }
+    let body_len = pad8(body_len);
+    if body_len > max_body {
+        return Ok(None);
+    }
+    let mut body = vec![0u8; body_len];
+    let mut nodes = Vec::with_capacity(projection.len());
+    let mut buffers = Vec::new();
+    for (&(start, len), (at, span)) in runs.iter().zip(&spans) {
+        file.read_exact_at(
+            &mut body[*at..*at + span.len()],
+            body_pos + span.start as u64,
+        )
+        .map_err(|e| StoreError::io(path, e))?;
+        for &p in &projection[start..start + len] {
+            let col = &layout[p];
+            nodes.push(arrow_ipc::FieldNode::new(
+                col.rows as i64,
+                col.null_count as i64,
+            ));
+            for b in &col.buffers {
+                let offset = if b.is_empty() {
+                    *at
+                } else {
+                    at + (b.start - span.start)
+                };
+                buffers.push(arrow_ipc::Buffer::new(offset as i64, b.len() as i64));
+            }
+        }
+    }
+    let header = record_batch_message(rows, &nodes, &buffers, body_len);
+    Ok(Some(IpcFrame {
+        rows,
+        header: bytes::Bytes::from(header),
+        body: bytes::Bytes::from(body),
+    }))
+}
+
+/// An IPC RecordBatch message (metadata V5, uncompressed) over a body of `body_len`
+/// bytes, as arrow-ipc's writer builds it.
+fn record_batch_message(
+    rows: usize,
+    nodes: &[arrow_ipc::FieldNode],
+    buffers: &[arrow_ipc::Buffer],
+    body_len: usize,
+) -> Vec<u8> {
+    let mut fbb = flatbuffers::FlatBufferBuilder::new();
+    let buffers = fbb.create_vector(buffers);
+    let nodes = fbb.create_vector(nodes);
+    let mut batch = arrow_ipc::RecordBatchBuilder::new(&mut fbb);
+    batch.add_length(rows as i64);
+    batch.add_nodes(nodes);
+    batch.add_buffers(buffers);
+    let batch = batch.finish().as_union_value();
+    let mut message = arrow_ipc::MessageBuilder::new(&mut fbb);
+    message.add_version(MetadataVersion::V5);
+    message.add_header_type(arrow_ipc::MessageHeader::RecordBatch);
+    message.add_bodyLength(body_len as i64);
+    message.add_header(batch);
+    let message = message.finish();
+    fbb.finish(message, None);
+    fbb.finished_data().to_vec()
+}
+
 /// The schema a frame with trailing columns was written with, before the table's
 /// later columns were added: the first columns, then the trailing ones.
 fn older_frame_schema(schema: &SchemaRef, column_count: usize, trailing: usize) -> SchemaRef {
@@ -712,8 +906,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_type_round_trips_whole_and_projected() {
+    /// A frame of one column of every stored type, with nulls, in a segment file at
+    /// byte 16; the table's schema has since gained a column.
+    struct EveryType {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        file: File,
+        meta: FrameMeta,
+        batch: RecordBatch,
+        table_schema: SchemaRef,
+        bytes: Vec<u8>,
+    }
+
+    fn every_type_frame() -> EveryType {
         let types = [
             ColumnType::Bool,
             ColumnType::Int32,
@@ -783,22 +988,43 @@ mod tests {
         let path = dir.path().join("seg.log");
         std::fs::write(&path, &out).unwrap();
         let file = File::open(&path).unwrap();
-
-        // The table has since gained a column.
         let mut table_fields = fields;
         table_fields.push(Field::new("added", DataType::Int64, true));
-        let table_schema = Arc::new(Schema::new(table_fields));
-        let all: Vec<usize> = (0..types.len()).collect();
+        EveryType {
+            _dir: dir,
+            path,
+            file,
+            meta,
+            batch,
+            table_schema: Arc::new(Schema::new(table_fields)),
+            bytes: out,
+        }
+    }
+
+    #[test]
+    fn every_type_round_trips_whole_and_projected() {
+        let EveryType {
+            _dir,
+            path,
+            file,
+            meta,
+            batch,
+            table_schema,
+            bytes: out,
+        } = every_type_frame();
+        let types = batch.num_columns();
+        let n = batch.num_rows();
+        let all: Vec<usize> = (0..types).collect();
         let whole = read_frame(&file, &path, &meta, &table_schema, &all, 0).unwrap();
         assert_eq!(whole, batch);
-        for i in 0..types.len() {
-            let one = read_frame(&file, &path, &meta, &table_schema, &[i, types.len()], 0).unwrap();
+        for i in 0..types {
+            let one = read_frame(&file, &path, &meta, &table_schema, &[i, types], 0).unwrap();
             assert_eq!(one.column(0), batch.column(i), "column {i}");
             assert_eq!(one.column(1).null_count(), n, "added column reads as nulls");
         }
         let reversed: Vec<usize> = all.iter().rev().copied().collect();
         let r = read_frame(&file, &path, &meta, &table_schema, &reversed, 0).unwrap();
-        assert_eq!(r.column(0), batch.column(types.len() - 1));
+        assert_eq!(r.column(0), batch.column(types - 1));
 
         // A damaged byte fails the whole-frame CRC.
         let mut damaged = out.clone();
@@ -806,6 +1032,81 @@ mod tests {
         std::fs::write(&path, &damaged).unwrap();
         let file = File::open(&path).unwrap();
         let err = read_frame(&file, &path, &meta, &table_schema, &all, 0).unwrap_err();
+        assert!(err.to_string().contains("fails its CRC"), "{err}");
+    }
+
+    /// The rows of a zero-copy read, decoded as a client would.
+    fn decode_ipc(frame: &IpcFrame, schema: SchemaRef) -> RecordBatch {
+        let message = arrow_ipc::root_as_message(&frame.header).unwrap();
+        assert_eq!(message.bodyLength() as usize, frame.body.len());
+        let ipc = message.header_as_record_batch().unwrap();
+        for b in ipc.buffers().unwrap() {
+            assert_eq!(b.offset() % 8, 0, "buffers stay 8-byte aligned");
+            assert!((b.offset() + b.length()) as usize <= frame.body.len());
+        }
+        arrow_ipc::reader::read_record_batch(
+            &Buffer::from_vec(frame.body.to_vec()),
+            ipc,
+            schema,
+            &HashMap::new(),
+            None,
+            &message.version(),
+        )
+        .unwrap()
+    }
+
+    /// The zero-copy path and the decoding path give the same Arrow data, column by
+    /// column, on every stored type: whole, projected in runs and out of order.
+    #[test]
+    fn zero_copy_reads_equal_decoded_reads_on_every_type() {
+        let f = every_type_frame();
+        let types = f.batch.num_columns();
+        let mut projections: Vec<Vec<usize>> = vec![(0..types).collect()];
+        projections.extend((0..types).map(|i| vec![i]));
+        projections.extend((0..types - 1).map(|i| vec![i, i + 1]));
+        projections.push((0..types).rev().collect());
+        projections.push(vec![0, 1, 2, 5, 6, 9]);
+        projections.push(vec![9, 3, 4, 5, 0]);
+        projections.push(vec![5, 5]);
+        for projection in projections {
+            let decoded =
+                read_frame(&f.file, &f.path, &f.meta, &f.table_schema, &projection, 0).unwrap();
+            let frame = read_frame_ipc(
+                &f.file,
+                &f.path,
+                &f.meta,
+                &f.table_schema,
+                &projection,
+                1 << 20,
+            )
+            .unwrap()
+            .expect("a frame with every projected column is sent as stored");
+            assert_eq!(frame.rows, f.batch.num_rows());
+            let sent = decode_ipc(&frame, decoded.schema());
+            assert_eq!(sent, decoded, "projection {projection:?}");
+            for (i, p) in projection.iter().enumerate() {
+                assert_eq!(sent.column(i), f.batch.column(*p), "column {p}");
+            }
+        }
+        // A column added after the frame, or a body over the limit: decoded instead.
+        let added = [0, types];
+        let none = |projection: &[usize], max: usize| {
+            read_frame_ipc(&f.file, &f.path, &f.meta, &f.table_schema, projection, max)
+                .unwrap()
+                .is_none()
+        };
+        assert!(none(&added, 1 << 20));
+        assert!(none(&[0, 5], 8));
+        assert!(none(&(0..types).collect::<Vec<_>>(), 8));
+
+        // The whole frame is sent only if it passes its CRC.
+        let mut damaged = f.bytes.clone();
+        damaged[16 + HEADER_LEN + 40] ^= 1;
+        std::fs::write(&f.path, &damaged).unwrap();
+        let file = File::open(&f.path).unwrap();
+        let all: Vec<usize> = (0..types).collect();
+        let err =
+            read_frame_ipc(&file, &f.path, &f.meta, &f.table_schema, &all, 1 << 20).unwrap_err();
         assert!(err.to_string().contains("fails its CRC"), "{err}");
     }
 }

@@ -17,6 +17,7 @@ use iceberg::table::Table;
 
 use crate::convert::conform;
 use crate::error::{Result, TieringError};
+use crate::files::ColdBuckets;
 use crate::offsets::TieredOffsets;
 
 /// A committed snapshot of a table's cold tier and the hot offsets it covers.
@@ -45,6 +46,8 @@ pub struct ColdScanRequest {
     /// read each file once. A single scan's batches are decoded by whoever polls it,
     /// on one core.
     pub part: Option<ColdPart>,
+    /// Only the data files of these buckets (see [`ColdBuckets`]).
+    pub buckets: Option<ColdBuckets>,
 }
 
 /// One of `of` shares of a scan's files: those whose place in the file list is `index`
@@ -152,18 +155,33 @@ impl ColdSnapshot {
             builder = builder.with_filter(predicate);
         }
         let scan = builder.build()?;
-        let stream = match &request.part {
-            None => scan.to_arrow().await?,
-            Some(part) => {
-                let files = part
-                    .files
-                    .0
-                    .get_or_try_init(|| async { scan.plan_files().await?.try_collect().await })
-                    .await?;
+        let stream = match (&request.part, &request.buckets) {
+            (None, None) => scan.to_arrow().await?,
+            (part, buckets) => {
+                let planned: Vec<FileScanTask>;
+                let files = match part {
+                    Some(part) => {
+                        part.files
+                            .0
+                            .get_or_try_init(|| async {
+                                scan.plan_files().await?.try_collect().await
+                            })
+                            .await?
+                    }
+                    None => {
+                        planned = scan.plan_files().await?.try_collect().await?;
+                        &planned
+                    }
+                };
+                let (index, of) = part.as_ref().map_or((0, 1), |p| (p.index, p.of.max(1)));
+                let others = match buckets {
+                    Some(b) => b.other_buckets_files(&self.table, self.snapshot_id).await?,
+                    None => Default::default(),
+                };
                 let mine: Vec<iceberg::Result<FileScanTask>> = files
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| i % part.of.max(1) == part.index)
+                    .filter(|(i, task)| i % of == index && !others.contains(&task.data_file_path))
                     .map(|(_, task)| Ok(task.clone()))
                     .collect();
                 ArrowReaderBuilder::new(self.table.file_io().clone(), iceberg::Runtime::current())

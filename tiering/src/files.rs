@@ -1,10 +1,98 @@
 //! Reading a snapshot's file lists: the live data files, for status, compaction and
 //! (later) the purge, and the bucket a file's partition holds.
 
-use iceberg::spec::{DataFile, Literal, PrimitiveLiteral, Struct};
+use std::collections::HashSet;
+
+use futures::TryStreamExt;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataContentType, DataFile, Literal, ManifestContentType, PrimitiveLiteral, Struct, Transform,
+};
 use iceberg::table::Table;
 
 use crate::error::Result;
+
+/// The scan tasks of every live data file of the current snapshot (none without one).
+pub(crate) async fn current_tasks(table: &Table) -> Result<Vec<FileScanTask>> {
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(Vec::new());
+    }
+    Ok(table
+        .scan()
+        .select_all()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?)
+}
+
+/// Some buckets of a table, to leave the other buckets' data files out of a scan or a
+/// search. Which bucket a file holds is read from its manifest entry: the partition
+/// field of the `bucket[count]` transform of `key`, in the spec its manifest was
+/// written with. A file with no such field (another spec, another bucket count) is
+/// always kept: only a file known to hold another bucket is left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdBuckets {
+    /// The bucket key column.
+    pub key: String,
+    /// The table's bucket count, which the bucket numbers in `only` are of.
+    pub count: u32,
+    pub only: Vec<u32>,
+}
+
+impl ColdBuckets {
+    /// The paths of the live data files of snapshot `snapshot_id` that are known to
+    /// hold only rows of buckets not in `only`.
+    pub async fn other_buckets_files(
+        &self,
+        table: &Table,
+        snapshot_id: i64,
+    ) -> Result<HashSet<String>> {
+        let metadata = table.metadata();
+        let Some(snapshot) = metadata.snapshot_by_id(snapshot_id) else {
+            return Ok(HashSet::new());
+        };
+        let schema = snapshot.schema(metadata)?;
+        let Some(key) = schema.field_by_name(&self.key).map(|f| f.id) else {
+            return Ok(HashSet::new());
+        };
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        let mut files = HashSet::new();
+        for manifest in list.entries() {
+            if manifest.content != ManifestContentType::Data {
+                continue;
+            }
+            let Some(index) = metadata
+                .partition_spec_by_id(manifest.partition_spec_id)
+                .and_then(|spec| {
+                    spec.fields().iter().position(|f| {
+                        f.source_id == key && f.transform == Transform::Bucket(self.count)
+                    })
+                })
+            else {
+                continue;
+            };
+            let loaded = manifest.load_manifest(table.file_io()).await?;
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let file = entry.data_file();
+                if file.content_type() != DataContentType::Data {
+                    continue;
+                }
+                let bucket = match file.partition().fields().get(index) {
+                    Some(Some(Literal::Primitive(PrimitiveLiteral::Int(b)))) => {
+                        u32::try_from(*b).ok()
+                    }
+                    _ => None,
+                };
+                if bucket.is_some_and(|b| !self.only.contains(&b)) {
+                    files.insert(file.file_path().to_owned());
+                }
+            }
+        }
+        Ok(files)
+    }
+}
 
 /// The data files live in the table's current snapshot.
 pub async fn live_data_files(table: &Table) -> Result<Vec<DataFile>> {

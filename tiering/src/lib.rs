@@ -43,6 +43,7 @@ pub use cold_scan::{
 pub use convert::RowSuppression;
 pub use cow::CowReport;
 pub use error::{ErrorKind, Result, TieringError};
+pub use files::ColdBuckets;
 pub use history::HistoryReport;
 pub use leases::SnapshotLease;
 pub use maintenance::{MaintenanceOptions, MaintenanceReport};

@@ -7,7 +7,13 @@
 //!   columns are also decoded and each value is searched.
 //!
 //! This reads the whole table, which is the point: nothing under the location, live or
-//! orphaned, is taken on trust.
+//! orphaned, is taken on trust. The one exception is asked for by the caller: with
+//! [`ColdBuckets`], a live data file of the current snapshot whose partition holds
+//! another bucket is not read, because the bucket a row lands in is a function of its
+//! bucket key, so a predicate that fixes the key cannot match a row of another bucket.
+//! Metadata (manifests, manifest lists, metadata JSON, which also carry column bounds),
+//! files of older snapshots, delete files and orphans are still read, whatever their
+//! partition.
 
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
@@ -16,7 +22,10 @@ use hotgate_store::contains_any;
 use iceberg::table::Table;
 use serde::Serialize;
 
+use std::collections::HashSet;
+
 use crate::error::Result;
+use crate::files::ColdBuckets;
 use crate::maintenance::read_parquet;
 use crate::storage::ObjectStoreStorage;
 
@@ -27,19 +36,31 @@ pub struct LocationSearch {
     pub bytes_searched: u64,
     /// Parquet files decoded for their string values.
     pub parquet_files_decoded: usize,
+    /// Live data files of other buckets, not read (a search scoped by [`ColdBuckets`]).
+    pub data_files_skipped: usize,
     /// Files holding a literal. The literals themselves are not named.
     pub files_with_match: Vec<String>,
 }
 
-/// Searches every object under `table`'s location for `needles`.
+/// Searches every object under `table`'s location for `needles`, but the live data
+/// files of buckets `buckets` leaves out.
 pub async fn search_location(
     storage: &ObjectStoreStorage,
     table: &Table,
     needles: &[Vec<u8>],
+    buckets: Option<&ColdBuckets>,
 ) -> Result<LocationSearch> {
     let mut found = LocationSearch::default();
     let location = table.metadata().location().trim_end_matches('/').to_owned();
+    let skipped: HashSet<String> = match (buckets, table.metadata().current_snapshot_id()) {
+        (Some(buckets), Some(current)) => buckets.other_buckets_files(table, current).await?,
+        _ => HashSet::new(),
+    };
     for file in storage.list(&format!("{location}/")).await? {
+        if skipped.contains(&file.location) {
+            found.data_files_skipped += 1;
+            continue;
+        }
         let bytes = table.file_io().new_input(&file.location)?.read().await?;
         found.files_searched += 1;
         found.bytes_searched += bytes.len() as u64;

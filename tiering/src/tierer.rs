@@ -615,15 +615,16 @@ impl Tierer {
         Ok(report)
     }
 
-    /// Searches every object under `def`'s table location for `needles`
-    /// ([`crate::search`]).
+    /// Searches every object under `def`'s table location for `needles`, but the live
+    /// data files of buckets `buckets` leaves out ([`crate::search`]).
     pub async fn search_location(
         &self,
         def: &TableDef,
         needles: &[Vec<u8>],
+        buckets: Option<&crate::ColdBuckets>,
     ) -> Result<crate::search::LocationSearch> {
         let table = self.catalog.load(def.name()).await?;
-        crate::search::search_location(&listing(&table), &table, needles).await
+        crate::search::search_location(&listing(&table), &table, needles, buckets).await
     }
 
     async fn erase_history_locked(

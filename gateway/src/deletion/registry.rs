@@ -146,6 +146,11 @@ pub struct DeletionReceipt {
     pub verify_literals: usize,
     pub verify_files_searched: usize,
     pub verify_bytes_searched: u64,
+    /// Files of other buckets' hot logs and live cold data files, not read: a
+    /// predicate that fixes the bucket key matches rows of its buckets only.
+    pub verify_files_skipped: usize,
+    /// Per table, what the proof read, and why that is enough.
+    pub verify_scope: Vec<String>,
     pub verify_millis: u64,
     /// The Kafka records that may still hold the subject: per source feeding a target
     /// table, each partition's records up to `through_offset` when it was verified.

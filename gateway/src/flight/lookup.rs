@@ -9,7 +9,7 @@ use futures::StreamExt;
 use hotgate_policy::SecureView;
 use hotgate_store::{HotTable, TableName};
 
-use super::opened::OpenedRead;
+use super::opened::{OpenedRead, ReadBody};
 use crate::deletion::Suppression;
 use crate::error::{GatewayError, Result};
 use crate::governance::Governance;
@@ -72,7 +72,7 @@ pub(super) async fn lookup(
     .boxed();
     Ok(OpenedRead {
         schema,
-        batches,
+        body: ReadBody::Rows(batches),
         kind: "lookup",
         trailer: Some(trailer),
     })

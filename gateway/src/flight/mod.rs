@@ -8,7 +8,8 @@
 //! ```text
 //! service ─┬─ sql ───┬─ (read, write)
 //!          ├─ read ──┬─ changelog ─┬─ opened
-//!          │         └─ lookup ────┘
+//!          │         ├─ lookup ────┤
+//!          │         └─ stored ────┘
 //!          ├─ write
 //!          └─ (sql, read, write) ── call, descriptor
 //! ```
@@ -21,6 +22,7 @@ mod opened;
 mod read;
 mod service;
 mod sql;
+mod stored;
 mod write;
 
 pub use service::HotgateFlight;

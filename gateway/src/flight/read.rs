@@ -22,7 +22,8 @@ use super::call::{new_audit, table_for};
 use super::changelog::{Recheck, changelog, changelog_schema};
 use super::descriptor::{descriptor_bytes, scan_ticket, table_of_path};
 use super::lookup::{lookup, lookup_unsupported};
-use super::opened::{BatchStream, OpenedRead};
+use super::opened::{OpenedRead, Outgoing, ReadBody};
+use super::stored::stored_scan;
 use crate::audit::CallAudit;
 use crate::error::{GatewayError, Result, catch_panic};
 use crate::planner::{check_columns, choose_tiers, plan_scan};
@@ -62,7 +63,7 @@ pub(super) async fn send_read(
 ) -> Result<BoxStream<'static, Result<FlightData, Status>>> {
     let OpenedRead {
         schema,
-        batches,
+        body,
         kind,
         trailer,
     } = opened;
@@ -70,24 +71,10 @@ pub(super) async fn send_read(
     // is sealed and synced; nothing, not even the schema, leaves before the record
     // is durable, and a read whose record cannot be written fails with
     // `Unavailable` (its prefetch stops when the buffer is dropped).
-    let (prefetch_tx, prefetch_rx) = mpsc::channel(2);
-    tokio::spawn(async move {
-        let mut batches = batches;
-        loop {
-            // A panic while reading ends the stream with an error, never as if the
-            // read were complete.
-            let next = catch_panic(async { Ok(batches.next().await) }).await;
-            let (item, last) = match next {
-                Ok(None) => break,
-                Ok(Some(item)) => (item, false),
-                Err(e) => (Err(e), true),
-            };
-            if prefetch_tx.send(item).await.is_err() || last {
-                break;
-            }
-        }
-    });
-    let batches: BatchStream = ReceiverStream::new(prefetch_rx).boxed();
+    let body = match body {
+        ReadBody::Rows(batches) => ReadBody::Rows(prefetch(batches)),
+        ReadBody::Mixed(items) => ReadBody::Mixed(prefetch(items)),
+    };
     let (completion, record) = audit.allow_queued().await?;
     let completion = Arc::new(completion);
     let unrecorded = Arc::clone(&completion);
@@ -97,19 +84,27 @@ pub(super) async fn send_read(
     };
     let errors = state.metrics.errors.clone();
     let (counted, ended) = (Arc::clone(&completion), Arc::clone(&completion));
-    let batches = batches
-        .inspect_ok(move |b| counted.add_rows(b.num_rows() as u64))
-        .chain(
-            futures::stream::once(async move { ended.finished() })
-                .filter_map(|()| async { None::<Result<RecordBatch>> }),
-        );
-    let batches = batches.map_err(|e| FlightError::ExternalError(Box::new(e)));
-    let encoded = match trailer {
-        None => FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches)
-            .boxed(),
-        Some(metadata) => with_metadata(schema, batches.boxed(), metadata),
+    let finished = futures::stream::once(async move { ended.finished() });
+    let encoded = match body {
+        ReadBody::Rows(batches) => {
+            let batches = batches
+                .inspect_ok(move |b| counted.add_rows(b.num_rows() as u64))
+                .chain(finished.filter_map(|()| async { None::<Result<RecordBatch>> }))
+                .map_err(|e| FlightError::ExternalError(Box::new(e)));
+            match trailer {
+                None => FlightDataEncoderBuilder::new()
+                    .with_schema(schema)
+                    .build(batches)
+                    .boxed(),
+                Some(metadata) => with_metadata(schema, batches.boxed(), metadata),
+            }
+        }
+        ReadBody::Mixed(items) => {
+            let items = items
+                .inspect_ok(move |item| counted.add_rows(item.rows() as u64))
+                .chain(finished.filter_map(|()| async { None::<Result<Outgoing>> }));
+            encode_mixed(schema, items.boxed())
+        }
     };
     let encoded = encoded.map(move |item| {
         let _ = &timer; // observed when the stream is dropped
@@ -143,6 +138,62 @@ pub(super) async fn send_read(
     Ok(gated.boxed())
 }
 
+/// Runs `items` ahead into a buffer of two on its own task. A panic while reading
+/// ends the stream with an error, never as if the read were complete.
+fn prefetch<T: Send + 'static>(
+    items: BoxStream<'static, Result<T>>,
+) -> BoxStream<'static, Result<T>> {
+    let (tx, rx) = mpsc::channel(2);
+    tokio::spawn(async move {
+        let mut items = items;
+        loop {
+            let next = catch_panic(async { Ok(items.next().await) }).await;
+            let (item, last) = match next {
+                Ok(None) => break,
+                Ok(Some(item)) => (item, false),
+                Err(e) => (Err(e), true),
+            };
+            if tx.send(item).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    ReceiverStream::new(rx).boxed()
+}
+
+/// Encodes a stream of rows and stored frames: the schema message first, then each
+/// stored frame as one message, its header and body as they are, and each batch of
+/// rows as the Flight encoder splits it.
+fn encode_mixed(
+    schema: SchemaRef,
+    items: BoxStream<'static, Result<Outgoing>>,
+) -> BoxStream<'static, std::result::Result<FlightData, FlightError>> {
+    let schema_message = FlightDataEncoderBuilder::new()
+        .with_schema(Arc::clone(&schema))
+        .build(futures::stream::empty());
+    let messages = items.flat_map(move |item| match item {
+        Ok(Outgoing::Stored(frame)) => futures::stream::once(async move {
+            Ok(FlightData {
+                data_header: frame.header,
+                data_body: frame.body,
+                ..Default::default()
+            })
+        })
+        .boxed(),
+        // The encoder's first message is the schema, already sent.
+        Ok(Outgoing::Rows(batch)) => FlightDataEncoderBuilder::new()
+            .with_schema(Arc::clone(&schema))
+            .build(futures::stream::once(async move { Ok(batch) }))
+            .skip(1)
+            .boxed(),
+        Err(e) => {
+            futures::stream::once(async move { Err(FlightError::ExternalError(Box::new(e))) })
+                .boxed()
+        }
+    });
+    schema_message.chain(messages).boxed()
+}
+
 /// Decodes, authorizes and plans a read, filling in its audit record as it goes.
 async fn open_read(
     state: &Arc<GatewayState>,
@@ -170,12 +221,23 @@ async fn open_read(
                 chrono::Utc::now().timestamp_micros(),
             );
             let suppression = state.deletions.suppression(table.def().name());
+            if let Some(opened) = stored_scan(
+                &table,
+                &view,
+                &scan,
+                &tiers,
+                suppression.as_ref(),
+                &state.metrics.scan_frames,
+            )? {
+                audit.set_view(&view, &opened.schema);
+                return Ok(opened);
+            }
             let df = plan_scan(table, &view, &scan, &tiers, suppression.as_ref()).await?;
             let schema = Arc::new(df.schema().as_arrow().clone());
             let stream = df.execute_stream().await?;
             OpenedRead {
                 schema,
-                batches: stream.map_err(GatewayError::from).boxed(),
+                body: ReadBody::Rows(stream.map_err(GatewayError::from).boxed()),
                 kind: "scan",
                 trailer: None,
             }
@@ -190,7 +252,7 @@ async fn open_read(
                 changelog(table, Arc::clone(&view), c, recheck, state.shutdown.clone())?;
             OpenedRead {
                 schema,
-                batches: stream,
+                body: ReadBody::Rows(stream),
                 kind: "changelog",
                 trailer: None,
             }

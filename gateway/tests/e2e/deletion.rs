@@ -465,3 +465,135 @@ async fn verification_searches_the_shared_state_for_its_own_table_only() {
     assert_eq!(rows(people), 1);
     server.terminate();
 }
+
+/// A deletion whose predicate fixes the bucket key proves itself on that bucket's files
+/// only, but on all of them: bytes of the subject planted in a file of its bucket keep
+/// it from `verified`, bytes planted in another bucket's log do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_by_bucket_key_verifies_only_when_no_file_of_its_bucket_holds_the_subject() {
+    const SUBJECT: &str = "subject-zq81";
+    let subject_rows = |ids: std::ops::Range<i64>| {
+        let rows = events(ids.clone());
+        let mut columns = rows.columns().to_vec();
+        columns[rows.schema().index_of("customer").unwrap()] =
+            strings(ids.map(|_| SUBJECT.to_owned()));
+        arrow_array::RecordBatch::try_new(rows.schema(), columns).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (server, token, _) =
+        crate::tiering::events_in_the_cold_tier(dir.path(), free_addr(), free_addr(), 0..200).await;
+    // The subject's rows in both tiers, and in the hot tier only.
+    token
+        .put_ok(
+            "app.events",
+            vec![subject_rows(1000..1010), events(200..240)],
+        )
+        .await;
+    tier(&server, &token).await;
+    token
+        .put_ok(
+            "app.events",
+            vec![subject_rows(1010..1020), events(240..260)],
+        )
+        .await;
+
+    let keys: arrow_array::ArrayRef =
+        std::sync::Arc::new(arrow_array::StringArray::from(vec![SUBJECT]));
+    let bucket = hotgate_store::bucket::buckets_of(&keys, 4).unwrap()[0];
+    // The hot logs' directories, `data/app/events/day=*/bucket=N`.
+    let log_dirs = |of: &dyn Fn(u32) -> bool| -> Vec<std::path::PathBuf> {
+        let table = dir.path().join("data/app/events");
+        let mut found = Vec::new();
+        for day in std::fs::read_dir(&table).unwrap() {
+            let day = day.unwrap().path();
+            if !day.is_dir() {
+                continue;
+            }
+            for log in std::fs::read_dir(&day).unwrap() {
+                let log = log.unwrap().path();
+                let name = log.file_name().unwrap().to_str().unwrap().to_owned();
+                if let Some(n) = name.strip_prefix("bucket=")
+                    && of(n.parse().unwrap())
+                {
+                    found.push(log);
+                }
+            }
+        }
+        found
+    };
+    let others = log_dirs(&|b| b != bucket);
+    let mine = log_dirs(&|b| b == bucket);
+    assert!(!others.is_empty() && !mine.is_empty());
+    let in_other = others[0].join("planted");
+    let in_mine = mine[0].join("planted");
+    std::fs::write(&in_other, format!("a note about {SUBJECT}")).unwrap();
+    std::fs::write(&in_mine, format!("a note about {SUBJECT}")).unwrap();
+
+    let record = file_deletion(
+        &server,
+        &token,
+        serde_json::json!({"tables": ["app.events"],
+            "predicate": format!("customer = '{SUBJECT}'"), "subject": "case-bucket"}),
+    )
+    .await;
+    let id = record["id"].as_str().unwrap().to_owned();
+    wait_for_state(&server, &token, &id, "purged").await;
+    // The proof fails on the file of the subject's bucket, and is retried.
+    let path = format!("/v1/deletions/{id}");
+    let start = std::time::Instant::now();
+    let failing = loop {
+        let shown = token.http_ok(Method::GET, &path, None).await;
+        assert_ne!(shown["state"], "verified", "{shown}");
+        if shown["attempts"].as_u64().unwrap_or(0) >= 2 {
+            break shown;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{shown}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(failing["state"], "purged", "{failing}");
+    let error = failing["last_error"].as_str().unwrap();
+    assert!(error.contains("retried"), "{error}");
+
+    // Without it the request verifies, the other bucket's planted file still there:
+    // no row of that bucket can match the predicate.
+    std::fs::remove_file(&in_mine).unwrap();
+    let shown = wait_for_state(&server, &token, &id, "verified").await;
+    assert!(in_other.exists());
+    let receipt = &shown["receipt"];
+    assert!(
+        receipt["verify_files_skipped"].as_u64().unwrap() > 0,
+        "{shown}"
+    );
+    let scope = receipt["verify_scope"][0].as_str().unwrap();
+    assert!(
+        scope.contains(&format!("buckets [{bucket}] of 4")),
+        "{scope}"
+    );
+    // Only the rows of the subject's bucket were scanned: in the cold tier, exactly
+    // those of 0..240; in the hot tier, those of 240..260 at least (never tiered) and
+    // of 200..260 at most (retention drops tiered segments).
+    let in_bucket = |ids: std::ops::Range<i64>| -> u64 {
+        let customers: arrow_array::ArrayRef = std::sync::Arc::new(
+            arrow_array::StringArray::from_iter_values(ids.map(|i| format!("c{}", i % 5))),
+        );
+        let buckets = hotgate_store::bucket::buckets_of(&customers, 4).unwrap();
+        buckets.iter().filter(|b| **b == bucket).count() as u64
+    };
+    assert_eq!(
+        receipt["verify_cold_rows_scanned"].as_u64().unwrap(),
+        in_bucket(0..240),
+        "{shown}"
+    );
+    let hot = receipt["verify_hot_rows_scanned"].as_u64().unwrap();
+    assert!(
+        (in_bucket(240..260)..=in_bucket(200..260)).contains(&hot),
+        "{shown}"
+    );
+    let ids = all_ids(&server, &token).await;
+    assert!(ids.iter().all(|i| *i < 1000), "{ids:?}");
+    assert_eq!(ids.len(), 260);
+    server.terminate();
+}

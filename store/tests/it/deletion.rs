@@ -147,3 +147,53 @@ async fn deleted_rows_leave_the_bytes_and_other_rows_keep_their_offsets() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The hot half of a proof scoped to the buckets a predicate fixes: the logs of other
+/// buckets are not read, and every file outside the logs is.
+#[tokio::test]
+async fn a_search_scoped_to_buckets_skips_only_other_buckets_logs() {
+    let (dir, _store, table) = store_with(events_spec(4)).await;
+    table.append(&events(0..70, |i| T0 + i)).await.unwrap();
+    // Row 10 is customer-3's.
+    let needle = vec![b"note 10".to_vec()];
+    let keys: arrow_array::ArrayRef =
+        std::sync::Arc::new(arrow_array::StringArray::from(vec!["customer-3"]));
+    let mine = hotgate_store::bucket::buckets_of(&keys, 4).unwrap()[0];
+    let others: Vec<u32> = table
+        .logs()
+        .iter()
+        .map(|l| l.id().bucket)
+        .filter(|b| *b != mine)
+        .collect();
+    assert!(!others.is_empty());
+
+    let whole = table.search_literals(&needle, None).unwrap();
+    let found = whole
+        .first_match
+        .clone()
+        .expect("the row's segment holds it");
+    assert!(found.contains(&format!("bucket={mine}/")), "{found}");
+    assert_eq!(whole.files_skipped, 0);
+    let scoped = table.search_literals(&needle, Some(&[mine])).unwrap();
+    assert_eq!(scoped.first_match, Some(found));
+    assert!(scoped.files_skipped > 0);
+    let elsewhere = table.search_literals(&needle, Some(&others)).unwrap();
+    assert_eq!(elsewhere.first_match, None, "{elsewhere:?}");
+    assert_eq!(
+        elsewhere.files_searched + elsewhere.files_skipped,
+        whole.files_searched
+    );
+
+    // Planted outside the log directories (beside the table's definition, and in a
+    // day directory itself): read whatever the scope.
+    let segment = segment_files(dir.path()).pop().unwrap();
+    let day_dir = segment.parent().unwrap().parent().unwrap();
+    let table_dir = day_dir.parent().unwrap();
+    for planted in [table_dir.join("planted"), day_dir.join("planted")] {
+        std::fs::write(&planted, b"note 10").unwrap();
+        let elsewhere = table.search_literals(&needle, Some(&others)).unwrap();
+        let at = elsewhere.first_match.expect("the planted file is read");
+        assert!(at.ends_with("planted"), "{at}");
+        std::fs::remove_file(&planted).unwrap();
+    }
+}

@@ -7,3 +7,4 @@ mod common;
 mod cycles;
 mod maintenance;
 mod primary_key;
+mod search;

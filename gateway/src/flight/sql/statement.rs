@@ -20,7 +20,7 @@ use prost::Message;
 use tonic::{Request, Status};
 
 use super::super::call::new_audit;
-use super::super::opened::OpenedRead;
+use super::super::opened::{OpenedRead, ReadBody};
 use super::super::read::send_read;
 use super::running::RunningStatements;
 use crate::audit::CallAudit;
@@ -193,7 +193,7 @@ pub(super) async fn do_get(
         });
         Ok(OpenedRead {
             schema: Arc::clone(&planned.schema),
-            batches: batches.boxed(),
+            body: ReadBody::Rows(batches.boxed()),
             kind: "sql",
             trailer: None,
         })
