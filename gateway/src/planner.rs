@@ -295,7 +295,7 @@ impl TableProvider for HotTableProvider {
                 logs: Some(mine.iter().map(|(id, _)| *id).collect()),
                 start_offsets: start_offsets.clone(),
                 end_offsets: mine.into_iter().collect(),
-                change_meta: false,
+                ..Default::default()
             };
             partitions.push(Arc::new(HotPartition {
                 table: Arc::clone(&self.table),

@@ -113,10 +113,7 @@ where
     keys.as_primitive::<T>()
         .values()
         .iter()
-        .map(|v| {
-            let long: i64 = (*v).into();
-            bucket_of_hash(murmur3(&long.to_le_bytes()), n)
-        })
+        .map(|v| bucket_of_long((*v).into(), n))
         .collect()
 }
 
@@ -144,7 +141,7 @@ pub fn buckets_of(keys: &ArrayRef, n: u32) -> Result<Vec<u32>> {
         DataType::Utf8 => keys
             .as_string::<i32>()
             .iter()
-            .map(|v| bucket_of_hash(murmur3(v.unwrap_or_default().as_bytes()), n))
+            .map(|v| bucket_of_str(v.unwrap_or_default(), n))
             .collect(),
         DataType::Binary => keys
             .as_binary::<i32>()
@@ -158,6 +155,17 @@ pub fn buckets_of(keys: &ArrayRef, n: u32) -> Result<Vec<u32>> {
         }
     };
     Ok(out)
+}
+
+/// The Iceberg bucket of one string key (what [`buckets_of`] gives a `Utf8` row).
+pub fn bucket_of_str(key: &str, n: u32) -> u32 {
+    bucket_of_hash(murmur3(key.as_bytes()), n)
+}
+
+/// The Iceberg bucket of one integer key (what [`buckets_of`] gives an `Int32`,
+/// `Int64`, `Date32` or timestamp row of this value).
+pub fn bucket_of_long(key: i64, n: u32) -> u32 {
+    bucket_of_hash(murmur3(&key.to_le_bytes()), n)
 }
 
 #[cfg(test)]

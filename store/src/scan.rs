@@ -15,7 +15,7 @@ use crate::bucket::LogId;
 use crate::error::{Result, StoreError};
 use crate::hot_table::HotTable;
 use crate::log::PlannedFrame;
-use crate::segment::{IpcFrame, read_frame, read_frame_ipc};
+use crate::segment::{FrameMeta, IpcFrame, read_frame, read_frame_ipc};
 use crate::table_def::UTC;
 use crate::validate::{check_time_bounds, time_mask};
 
@@ -30,6 +30,8 @@ pub struct ScanRequest {
     pub until: Option<i64>,
     /// Only these logs; `None` reads every log.
     pub logs: Option<Vec<LogId>>,
+    /// Only the logs of these buckets (every day's); `None` reads every bucket.
+    pub buckets: Option<Vec<u32>>,
     /// Per-log first offset to read (inclusive); absent logs start at their beginning.
     pub start_offsets: HashMap<LogId, u64>,
     /// Per-log end offset (exclusive); absent logs end at their durable end when planned.
@@ -151,10 +153,12 @@ impl HotScan {
         check_time_bounds(&table.def(), request.since, request.until)?;
         let mut frames = Vec::new();
         for log in table.logs() {
-            if request
-                .logs
-                .as_ref()
-                .is_some_and(|l| !l.contains(&log.id()))
+            let id = log.id();
+            if request.logs.as_ref().is_some_and(|l| !l.contains(&id))
+                || request
+                    .buckets
+                    .as_ref()
+                    .is_some_and(|b| !b.contains(&id.bucket))
             {
                 continue;
             }
@@ -191,13 +195,19 @@ impl HotScan {
         self.frames.len()
     }
 
+    /// Whether every row of the frame lies inside the scan's time range, so none needs
+    /// filtering by time.
+    fn inside(&self, meta: &FrameMeta) -> bool {
+        self.time_index.is_none()
+            || self.since.is_none_or(|s| meta.min_event_ts >= s)
+                && self.until.is_none_or(|u| meta.max_event_ts < u)
+    }
+
     fn read(&self, planned: &PlannedFrame) -> Result<RecordBatch> {
         let meta = &planned.meta;
         // Without a time column there are no time bounds (refused when planned).
         let time_index = self.time_index.unwrap_or_default();
-        let inside = self.time_index.is_none()
-            || self.since.is_none_or(|s| meta.min_event_ts >= s)
-                && self.until.is_none_or(|u| meta.max_event_ts < u);
+        let inside = self.inside(meta);
         // Rows must be filtered by time: read the time column too, then drop it.
         let extra_time = !inside && !self.projection.contains(&time_index);
         let mut projection = self.projection.clone();
@@ -296,25 +306,25 @@ impl HotScan {
                 Ok(None) => {}
                 Err(e) => return Some(Err(e)),
             }
-            match self.read(&planned) {
-                Ok(batch) if batch.num_rows() == 0 => continue,
-                Ok(batch) => {
-                    return Some(Ok(ScannedItem::Batch(ScannedBatch {
-                        log: planned.log,
-                        offsets: planned.rows,
-                        batch,
-                    })));
-                }
-                Err(e) => return Some(Err(e)),
+            if let Some(decoded) = self.decoded(planned).transpose() {
+                return Some(decoded.map(ScannedItem::Batch));
             }
         }
     }
 
+    /// A frame's rows decoded, or `None` when the scan keeps none of them.
+    fn decoded(&self, planned: PlannedFrame) -> Result<Option<ScannedBatch>> {
+        let batch = self.read(&planned)?;
+        Ok((batch.num_rows() > 0).then(|| ScannedBatch {
+            log: planned.log,
+            offsets: planned.rows,
+            batch,
+        }))
+    }
+
     fn read_ipc(&self, planned: &PlannedFrame, max_body: usize) -> Result<Option<IpcFrame>> {
         let meta = &planned.meta;
-        let inside = self.time_index.is_none()
-            || self.since.is_none_or(|s| meta.min_event_ts >= s)
-                && self.until.is_none_or(|u| meta.max_event_ts < u);
+        let inside = self.inside(meta);
         let whole = planned.rows.start == meta.base_offset && planned.rows.end == meta.end_offset();
         let deleted = crate::log::sidecar::keep_mask(&planned.deleted, planned.rows.clone());
         if self.change_meta || !inside || !whole || deleted.is_some() {
@@ -337,16 +347,8 @@ impl Iterator for HotScan {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             let planned = self.frames.pop_front()?;
-            match self.read(&planned) {
-                Ok(batch) if batch.num_rows() == 0 => continue,
-                Ok(batch) => {
-                    return Some(Ok(ScannedBatch {
-                        log: planned.log,
-                        offsets: planned.rows,
-                        batch,
-                    }));
-                }
-                Err(e) => return Some(Err(e)),
+            if let Some(decoded) = self.decoded(planned).transpose() {
+                return Some(decoded);
             }
         }
     }

@@ -378,7 +378,6 @@ pub(crate) fn read_frame(
         let written = read_whole_frame(file, path, meta, written_schema)?;
         return lay_out_older_frame(&written, schema, projection, trailing);
     }
-    let payload_pos = meta.position + HEADER_LEN as u64;
     let full =
         projection.len() == column_count && projection.iter().enumerate().all(|(i, p)| i == *p);
     let out_schema = Arc::new(schema.project(projection)?);
@@ -388,31 +387,10 @@ pub(crate) fn read_frame(
 
     // A projected read fetches the IPC metadata, then only the body bytes of the
     // projected columns, each into its own buffer: the other columns are never read.
-    let mut len_bytes = [0u8; 4];
-    file.read_exact_at(&mut len_bytes, payload_pos)
-        .map_err(|e| StoreError::io(path, e))?;
-    let meta_len = checked_meta_len(len_bytes, meta, path)?;
-    let mut m = vec![0u8; meta_len];
-    file.read_exact_at(&mut m, payload_pos + 4)
-        .map_err(|e| StoreError::io(path, e))?;
-    let body_len = meta.payload_len as usize - pad8(4 + meta_len);
-    let body_pos = payload_pos + pad8(4 + meta_len) as u64;
-    let message =
-        arrow_ipc::root_as_message(&m).map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
-    let bad_buffers = || {
-        corrupt(format!(
-            "frame at byte {} has bad IPC buffers",
-            meta.position
-        ))
-    };
-    let ipc_batch = message.header_as_record_batch().ok_or_else(bad_buffers)?;
-    if ipc_batch.compression().is_some() {
-        return Err(corrupt(
-            "compressed IPC bodies are not written by hotgate".into(),
-        ));
-    }
-    let layout = column_layout(&ipc_batch, schema, column_count).ok_or_else(bad_buffers)?;
-    let rows = ipc_batch.length() as usize;
+    let stored = read_stored_layout(file, path, meta, schema, column_count)?;
+    let (layout, body_len, body_pos) = (stored.columns, stored.body_len, stored.body_pos);
+    let bad_buffers = || stored_bad_buffers(path, meta);
+    let rows = stored.rows;
     let mut columns = Vec::with_capacity(projection.len());
     for &p in projection {
         let field = schema.field(p);
@@ -482,12 +460,10 @@ pub(crate) fn read_frame_ipc(
     projection: &[usize],
     max_body: usize,
 ) -> Result<Option<IpcFrame>> {
-    let corrupt = |detail: String| StoreError::corrupt(path, detail);
     let column_count = meta.column_count as usize;
     if column_count > schema.fields().len() || projection.iter().any(|p| *p >= column_count) {
         return Ok(None);
     }
-    let payload_pos = meta.position + HEADER_LEN as u64;
     let rows = meta.record_count as usize;
     let full =
         projection.len() == column_count && projection.iter().enumerate().all(|(i, p)| i == *p);
@@ -495,63 +471,16 @@ pub(crate) fn read_frame_ipc(
         if meta.payload_len as usize > max_body + 4096 {
             return Ok(None);
         }
-        let mut frame = vec![0u8; meta.frame_len() as usize];
-        file.read_exact_at(&mut frame, meta.position)
-            .map_err(|e| StoreError::io(path, e))?;
-        let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
-        if crc32c::crc32c(&frame[8..]) != crc {
-            return Err(corrupt(format!(
-                "frame at byte {} fails its CRC",
-                meta.position
-            )));
-        }
-        let b = &frame[HEADER_LEN..HEADER_LEN + 4];
-        let meta_len = checked_meta_len([b[0], b[1], b[2], b[3]], meta, path)?;
-        let frame = bytes::Bytes::from(frame);
-        let header = frame.slice(HEADER_LEN + 4..HEADER_LEN + 4 + meta_len);
-        let message = arrow_ipc::root_as_message(&header)
-            .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
-        let body_start = HEADER_LEN + pad8(4 + meta_len);
-        let body_len = usize::try_from(message.bodyLength())
-            .ok()
-            .filter(|l| body_start + l <= frame.len())
-            .ok_or_else(|| {
-                corrupt(format!(
-                    "frame at byte {} has a bad body length",
-                    meta.position
-                ))
-            })?;
-        if message.header_as_record_batch().is_none() {
-            return Err(corrupt("IPC message is not a record batch".into()));
-        }
-        let body = frame.slice(body_start..body_start + body_len);
+        let checked = read_checked_frame(file, path, meta)?;
+        let frame = bytes::Bytes::from(checked.frame);
+        let header = frame.slice(checked.header);
+        let body = frame.slice(checked.body);
         return Ok(Some(IpcFrame { rows, header, body }));
     }
 
-    let mut len_bytes = [0u8; 4];
-    file.read_exact_at(&mut len_bytes, payload_pos)
-        .map_err(|e| StoreError::io(path, e))?;
-    let meta_len = checked_meta_len(len_bytes, meta, path)?;
-    let mut m = vec![0u8; meta_len];
-    file.read_exact_at(&mut m, payload_pos + 4)
-        .map_err(|e| StoreError::io(path, e))?;
-    let stored_body_len = meta.payload_len as usize - pad8(4 + meta_len);
-    let body_pos = payload_pos + pad8(4 + meta_len) as u64;
-    let message =
-        arrow_ipc::root_as_message(&m).map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
-    let bad_buffers = || {
-        corrupt(format!(
-            "frame at byte {} has bad IPC buffers",
-            meta.position
-        ))
-    };
-    let ipc_batch = message.header_as_record_batch().ok_or_else(bad_buffers)?;
-    if ipc_batch.compression().is_some() {
-        return Err(corrupt(
-            "compressed IPC bodies are not written by hotgate".into(),
-        ));
-    }
-    let layout = column_layout(&ipc_batch, schema, column_count).ok_or_else(bad_buffers)?;
+    let stored = read_stored_layout(file, path, meta, schema, column_count)?;
+    let (layout, stored_body_len, body_pos) = (stored.columns, stored.body_len, stored.body_pos);
+    let bad_buffers = || stored_bad_buffers(path, meta);
     // Runs of adjacent columns are read with one call each; their buffers keep their
     // places relative to the run's first byte.
     let mut runs: Vec<(usize, usize)> = Vec::new(); // (first index into projection, len)
@@ -696,28 +625,15 @@ fn read_whole_frame(
     meta: &FrameMeta,
     schema: SchemaRef,
 ) -> Result<RecordBatch> {
-    let corrupt = |detail: String| StoreError::corrupt(path, detail);
-    let mut frame = vec![0u8; meta.frame_len() as usize];
-    file.read_exact_at(&mut frame, meta.position)
-        .map_err(|e| StoreError::io(path, e))?;
-    let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    // The CRC covers header bytes 8.. and the payload, which are contiguous here.
-    if crc32c::crc32c(&frame[8..]) != crc {
-        return Err(corrupt(format!(
-            "frame at byte {} fails its CRC",
-            meta.position
-        )));
-    }
-    let buf = Buffer::from_vec(frame);
-    let b = &buf.as_slice()[HEADER_LEN..HEADER_LEN + 4];
-    let meta_len = checked_meta_len([b[0], b[1], b[2], b[3]], meta, path)?;
-    let meta_bytes = buf.slice_with_length(HEADER_LEN + 4, meta_len);
-    let body = buf.slice(HEADER_LEN + pad8(4 + meta_len));
+    let checked = read_checked_frame(file, path, meta)?;
+    let buf = Buffer::from_vec(checked.frame);
+    let meta_bytes = buf.slice_with_length(checked.header.start, checked.header.len());
+    let body = buf.slice_with_length(checked.body.start, checked.body.len());
     let message = arrow_ipc::root_as_message(&meta_bytes)
-        .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+        .map_err(|e| StoreError::corrupt(path, format!("bad IPC metadata: {e}")))?;
     let ipc_batch = message
         .header_as_record_batch()
-        .ok_or_else(|| corrupt("IPC message is not a record batch".into()))?;
+        .expect("read_checked_frame checked the message is a record batch");
     Ok(arrow_ipc::reader::read_record_batch(
         &body,
         ipc_batch,
@@ -738,6 +654,109 @@ fn checked_meta_len(bytes: [u8; 4], meta: &FrameMeta, path: &Path) -> Result<usi
         ));
     }
     Ok(len)
+}
+
+/// A whole frame read from disk with its CRC checked, and where its IPC message
+/// header and body lie in it.
+struct CheckedFrame {
+    frame: Vec<u8>,
+    header: Range<usize>,
+    body: Range<usize>,
+}
+
+/// Reads a whole frame and checks its CRC, and that it holds one IPC record batch
+/// whose body lies inside the frame.
+fn read_checked_frame(file: &File, path: &Path, meta: &FrameMeta) -> Result<CheckedFrame> {
+    let corrupt = |detail: String| StoreError::corrupt(path, detail);
+    let mut frame = vec![0u8; meta.frame_len() as usize];
+    file.read_exact_at(&mut frame, meta.position)
+        .map_err(|e| StoreError::io(path, e))?;
+    let crc = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    // The CRC covers header bytes 8.. and the payload, which are contiguous here.
+    if crc32c::crc32c(&frame[8..]) != crc {
+        return Err(corrupt(format!(
+            "frame at byte {} fails its CRC",
+            meta.position
+        )));
+    }
+    let b = &frame[HEADER_LEN..HEADER_LEN + 4];
+    let meta_len = checked_meta_len([b[0], b[1], b[2], b[3]], meta, path)?;
+    let header = HEADER_LEN + 4..HEADER_LEN + 4 + meta_len;
+    let message = arrow_ipc::root_as_message(&frame[header.clone()])
+        .map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+    if message.header_as_record_batch().is_none() {
+        return Err(corrupt("IPC message is not a record batch".into()));
+    }
+    let body_start = HEADER_LEN + pad8(4 + meta_len);
+    let body_len = usize::try_from(message.bodyLength())
+        .ok()
+        .filter(|l| body_start + l <= frame.len())
+        .ok_or_else(|| {
+            corrupt(format!(
+                "frame at byte {} has a bad body length",
+                meta.position
+            ))
+        })?;
+    Ok(CheckedFrame {
+        frame,
+        header,
+        body: body_start..body_start + body_len,
+    })
+}
+
+/// A frame's column layout, read from its IPC metadata alone, for reading some columns'
+/// bytes without the rest.
+struct StoredLayout {
+    columns: Vec<ColumnLayout>,
+    rows: usize,
+    /// The stored body's length, and where it starts in the file.
+    body_len: usize,
+    body_pos: u64,
+}
+
+fn stored_bad_buffers(path: &Path, meta: &FrameMeta) -> StoreError {
+    StoreError::corrupt(
+        path,
+        format!("frame at byte {} has bad IPC buffers", meta.position),
+    )
+}
+
+/// Reads a frame's IPC metadata (not its body) and lays out its first `column_count`
+/// columns.
+fn read_stored_layout(
+    file: &File,
+    path: &Path,
+    meta: &FrameMeta,
+    schema: &SchemaRef,
+    column_count: usize,
+) -> Result<StoredLayout> {
+    let corrupt = |detail: String| StoreError::corrupt(path, detail);
+    let payload_pos = meta.position + HEADER_LEN as u64;
+    let mut len_bytes = [0u8; 4];
+    file.read_exact_at(&mut len_bytes, payload_pos)
+        .map_err(|e| StoreError::io(path, e))?;
+    let meta_len = checked_meta_len(len_bytes, meta, path)?;
+    let mut m = vec![0u8; meta_len];
+    file.read_exact_at(&mut m, payload_pos + 4)
+        .map_err(|e| StoreError::io(path, e))?;
+    let message =
+        arrow_ipc::root_as_message(&m).map_err(|e| corrupt(format!("bad IPC metadata: {e}")))?;
+    let ipc_batch = message
+        .header_as_record_batch()
+        .ok_or_else(|| stored_bad_buffers(path, meta))?;
+    if ipc_batch.compression().is_some() {
+        return Err(corrupt(
+            "compressed IPC bodies are not written by hotgate".into(),
+        ));
+    }
+    let columns = column_layout(&ipc_batch, schema, column_count)
+        .ok_or_else(|| stored_bad_buffers(path, meta))?;
+    Ok(StoredLayout {
+        columns,
+        rows: ipc_batch.length() as usize,
+        body_len: meta.payload_len as usize - pad8(4 + meta_len),
+        body_pos: payload_pos + pad8(4 + meta_len) as u64,
+    })
 }
 
 /// Where one column's buffers sit in an IPC body.

@@ -217,15 +217,8 @@ async fn hot_matches(
             Ok(suppression.matching(batch)?.true_count() as u64)
         };
         let (mut scanned, mut matched) = (0, 0);
-        let logs = buckets.as_ref().map(|b| {
-            hot.logs()
-                .iter()
-                .map(|log| log.id())
-                .filter(|id| b.contains(&id.bucket))
-                .collect()
-        });
         let request = hotgate_store::ScanRequest {
-            logs,
+            buckets: buckets.clone(),
             ..Default::default()
         };
         for item in hot.scan(&request)? {

@@ -67,19 +67,11 @@ pub(super) fn stored_scan(
     {
         return Ok(None);
     }
-    let logs = scan.buckets.as_ref().map(|buckets| {
-        table
-            .logs()
-            .iter()
-            .map(|log| log.id())
-            .filter(|id| buckets.contains(&id.bucket))
-            .collect()
-    });
     let request = ScanRequest {
         columns: Some(returned),
         since: scan.since,
         until: scan.until,
-        logs,
+        buckets: scan.buckets.clone(),
         ..Default::default()
     };
     let mut frames = table.scan(&request)?;

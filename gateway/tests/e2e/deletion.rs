@@ -497,9 +497,7 @@ async fn a_deletion_by_bucket_key_verifies_only_when_no_file_of_its_bucket_holds
         )
         .await;
 
-    let keys: arrow_array::ArrayRef =
-        std::sync::Arc::new(arrow_array::StringArray::from(vec![SUBJECT]));
-    let bucket = hotgate_store::bucket::buckets_of(&keys, 4).unwrap()[0];
+    let bucket = hotgate_store::bucket::bucket_of_str(SUBJECT, 4);
     // The hot logs' directories, `data/app/events/day=*/bucket=N`.
     let log_dirs = |of: &dyn Fn(u32) -> bool| -> Vec<std::path::PathBuf> {
         let table = dir.path().join("data/app/events");

@@ -156,9 +156,7 @@ async fn a_search_scoped_to_buckets_skips_only_other_buckets_logs() {
     table.append(&events(0..70, |i| T0 + i)).await.unwrap();
     // Row 10 is customer-3's.
     let needle = vec![b"note 10".to_vec()];
-    let keys: arrow_array::ArrayRef =
-        std::sync::Arc::new(arrow_array::StringArray::from(vec!["customer-3"]));
-    let mine = hotgate_store::bucket::buckets_of(&keys, 4).unwrap()[0];
+    let mine = hotgate_store::bucket::bucket_of_str("customer-3", 4);
     let others: Vec<u32> = table
         .logs()
         .iter()

@@ -366,10 +366,7 @@ async fn lost_buckets_are_rebuilt_and_refused_until_whole() {
     let store = open(dir.path()).await;
     let table = store.create_table(users_spec()).await.unwrap();
     let ids: Vec<i64> = (0..40).collect();
-    let bucket_of = |id: i64| {
-        let keys: ArrayRef = Arc::new(Int64Array::from(vec![id]));
-        hotgate_store::bucket::buckets_of(&keys, 2).unwrap()[0]
-    };
+    let bucket_of = |id: i64| hotgate_store::bucket::bucket_of_long(id, 2);
     let of = |bucket: u32| -> Vec<i64> {
         ids.iter()
             .copied()

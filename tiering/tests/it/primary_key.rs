@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use hotgate_store::{ChangeOp, HotTable, Store, StoreOptions, TableSpec};
 use hotgate_tiering::{Catalog, CatalogConfig, TieredOffsets, Tierer};
 use iceberg::spec::Transform;
@@ -44,8 +44,7 @@ fn deletes(ids: &[i64]) -> RecordBatch {
 }
 
 fn bucket_of(id: i64) -> u32 {
-    let keys: ArrayRef = Arc::new(Int64Array::from(vec![id]));
-    hotgate_store::bucket::buckets_of(&keys, BUCKETS).unwrap()[0]
+    hotgate_store::bucket::bucket_of_long(id, BUCKETS)
 }
 
 /// `id -> balance` of the current snapshot, read with iceberg-rust; a duplicate key

@@ -20,9 +20,7 @@ fn append(location: &str, bytes: &[u8]) {
 }
 
 fn bucket_of(customer: &str) -> u32 {
-    let keys: arrow_array::ArrayRef =
-        std::sync::Arc::new(arrow_array::StringArray::from(vec![customer]));
-    hotgate_store::bucket::buckets_of(&keys, 4).unwrap()[0]
+    hotgate_store::bucket::bucket_of_str(customer, 4)
 }
 
 #[tokio::test]
