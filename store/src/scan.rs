@@ -287,7 +287,7 @@ pub enum ScannedItem {
 
 impl HotScan {
     /// The next item, where a frame that needs no row work comes back as its stored
-    /// IPC bytes (see [`crate::segment::read_frame_ipc`]): wholly inside the time range,
+    /// IPC bytes, projected and not decoded: wholly inside the time range,
     /// every row of it in the scan and none deleted, no change metadata asked for, and
     /// its projected body at most `max_body` bytes. Every other frame is decoded as
     /// [`Iterator::next`] does. The items are the same rows, in the same order.
