@@ -3,29 +3,12 @@
 
 use std::collections::HashSet;
 
-use futures::TryStreamExt;
-use iceberg::scan::FileScanTask;
 use iceberg::spec::{
     DataContentType, DataFile, Literal, ManifestContentType, PrimitiveLiteral, Struct, Transform,
 };
 use iceberg::table::Table;
 
 use crate::error::Result;
-
-/// The scan tasks of every live data file of the current snapshot (none without one).
-pub(crate) async fn current_tasks(table: &Table) -> Result<Vec<FileScanTask>> {
-    if table.metadata().current_snapshot().is_none() {
-        return Ok(Vec::new());
-    }
-    Ok(table
-        .scan()
-        .select_all()
-        .build()?
-        .plan_files()
-        .await?
-        .try_collect()
-        .await?)
-}
 
 /// Some buckets of a table, to leave the other buckets' data files out of a scan or a
 /// search. Which bucket a file holds is read from its manifest entry: the partition
@@ -79,13 +62,7 @@ impl ColdBuckets {
                 if file.content_type() != DataContentType::Data {
                     continue;
                 }
-                let bucket = match file.partition().fields().get(index) {
-                    Some(Some(Literal::Primitive(PrimitiveLiteral::Int(b)))) => {
-                        u32::try_from(*b).ok()
-                    }
-                    _ => None,
-                };
-                if bucket.is_some_and(|b| !self.only.contains(&b)) {
+                if bucket_at(file.partition(), index).is_some_and(|b| !self.only.contains(&b)) {
                     files.insert(file.file_path().to_owned());
                 }
             }
@@ -117,7 +94,12 @@ pub async fn live_data_files(table: &Table) -> Result<Vec<DataFile>> {
 /// The bucket a data file's partition holds: its last field, which is `bucket(N, key)`
 /// in both of hotgate's specs (`day(time), bucket` and `bucket` alone).
 pub(crate) fn bucket_of(partition: &Struct) -> Option<u32> {
-    match partition.fields().last() {
+    bucket_at(partition, partition.fields().len().checked_sub(1)?)
+}
+
+/// The bucket number in field `index` of a file's partition, if it holds one.
+fn bucket_at(partition: &Struct, index: usize) -> Option<u32> {
+    match partition.fields().get(index) {
         Some(Some(Literal::Primitive(PrimitiveLiteral::Int(b)))) => u32::try_from(*b).ok(),
         _ => None,
     }

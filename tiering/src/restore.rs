@@ -16,7 +16,7 @@ use iceberg::table::Table;
 
 use crate::convert::conform;
 use crate::error::Result;
-use crate::files::{bucket_of, current_tasks};
+use crate::files::bucket_of;
 
 /// Rebuilds the state of `buckets` of `hot` from `table`'s current snapshot; returns
 /// the rows put. The floors must be installed already.
@@ -65,8 +65,18 @@ pub(crate) async fn restore_buckets(hot: &HotTable, table: &Table, buckets: &[u3
 /// The scan tasks of the current snapshot's files in `buckets`, with each one's bucket
 /// (the last partition field: primary-key tables are partitioned by bucket alone).
 async fn bucket_files(table: &Table, buckets: &[u32]) -> Result<Vec<(u32, FileScanTask)>> {
-    Ok(current_tasks(table)
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(Vec::new());
+    }
+    let tasks: Vec<FileScanTask> = table
+        .scan()
+        .select_all()
+        .build()?
+        .plan_files()
         .await?
+        .try_collect()
+        .await?;
+    Ok(tasks
         .into_iter()
         .filter_map(|task| {
             let bucket = task.partition.as_ref().and_then(bucket_of)?;

@@ -42,8 +42,8 @@ pub struct LocationSearch {
     pub files_with_match: Vec<String>,
 }
 
-/// Searches every object under `table`'s location for `needles`, but the live data
-/// files of buckets `buckets` leaves out.
+/// Searches every object under `table`'s location for `needles`, leaving out the live
+/// data files of the buckets `buckets` excludes.
 pub async fn search_location(
     storage: &ObjectStoreStorage,
     table: &Table,

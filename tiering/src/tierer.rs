@@ -615,8 +615,8 @@ impl Tierer {
         Ok(report)
     }
 
-    /// Searches every object under `def`'s table location for `needles`, but the live
-    /// data files of buckets `buckets` leaves out ([`crate::search`]).
+    /// Searches every object under `def`'s table location for `needles`, leaving out the
+    /// live data files of the buckets `buckets` excludes ([`crate::search`]).
     pub async fn search_location(
         &self,
         def: &TableDef,
