@@ -145,22 +145,6 @@ async fn read_once(
     Ok((start.elapsed().as_secs_f64(), rows))
 }
 
-/// The median of [`READ_RUNS`] reads: (seconds, rows).
-async fn read_throughput(
-    client: &mut FlightServiceClient<Channel>,
-    token: Option<&str>,
-    columns: usize,
-) -> BenchResult<(f64, usize)> {
-    let mut times = Vec::new();
-    let mut rows = 0;
-    for _ in 0..READ_RUNS {
-        let (secs, r) = read_once(client, token, columns).await?;
-        times.push(secs);
-        rows = r;
-    }
-    Ok((median(times), rows))
-}
-
 /// One row filter that keeps every row (so every caller streams the same rows) and two
 /// masks on columns the 5-column read selects (`c11` string, `c31` float64). `reader`
 /// gets `redact` and `null`, which also shrink the payload; `reader_same_size` gets
@@ -379,42 +363,66 @@ async fn against_bare_flight(
     gateway: &Gateway,
     client: &mut FlightServiceClient<Channel>,
     token: &str,
-) -> BenchResult<()> {
+) -> BenchResult<FlightServiceClient<Channel>> {
     let bare_addr = free_addr();
     BareFlight::serve(wide_batches(), bare_addr).await?;
     let mut bare_client = connect(bare_addr).await?;
     let mut summary = serde_json::Map::new();
+    let mut medians = Vec::new();
     for columns in [5usize, 50] {
-        let (gov, rows) = read_throughput(client, Some(token), columns).await?;
-        let (raw, bare_rows) = read_throughput(&mut bare_client, None, columns).await?;
-        if rows != bare_rows {
-            return Err(format!("row counts differ: hotgate {rows}, bare {bare_rows}").into());
+        // Interleaved runs, so neither server gets the warmer part of a noisy machine.
+        let mut runs = [Vec::new(), Vec::new()];
+        let mut rows = [0; 2];
+        for _ in 0..READ_RUNS {
+            let (secs, r) = read_once(client, Some(token), columns).await?;
+            runs[0].push(secs);
+            rows[0] = r;
+            let (secs, r) = read_once(&mut bare_client, None, columns).await?;
+            runs[1].push(secs);
+            rows[1] = r;
         }
-        for (server, secs) in [("hotgate", gov), ("bare_flight", raw)] {
+        if rows[0] != rows[1] {
+            return Err(format!("row counts differ: hotgate {}, bare {}", rows[0], rows[1]).into());
+        }
+        let [hot, raw] = runs.map(median);
+        for (server, secs) in [("hotgate", hot), ("bare_flight", raw)] {
             println!(
                 "{}",
                 serde_json::json!({
                     "bench": "flight_read", "server": server, "columns": columns, "of": WIDE_COLUMNS,
-                    "rows": rows, "median_s": secs, "rows_per_s": rows as f64 / secs,
+                    "rows": rows[0], "median_s": secs, "rows_per_s": rows[0] as f64 / secs,
                 })
             );
         }
         summary.insert(
-            format!("governed_over_bare_{columns}_of_{WIDE_COLUMNS}"),
-            (raw / gov).into(),
+            format!("hotgate_over_bare_{columns}_of_{WIDE_COLUMNS}"),
+            (raw / hot).into(),
         );
+        medians.push((hot, raw));
     }
+    // How much cheaper 5 columns are than all 50 (the target is 8×).
+    summary.insert(
+        "hotgate_50_over_5_columns".into(),
+        (medians[1].0 / medians[0].0).into(),
+    );
+    summary.insert(
+        "bare_50_over_5_columns".into(),
+        (medians[1].1 / medians[0].1).into(),
+    );
     summary.insert("bench".into(), "flight_read_summary".into());
     println!("{}", serde_json::Value::Object(summary));
     crate::sql::sql_against_json(client, &mut bare_client, token, WIDE_COLUMNS, READ_RUNS).await?;
     let hotgate = gateway.flight_addr();
-    crate::sql::adbc_against_json(hotgate, bare_addr, token, WIDE_COLUMNS, READ_RUNS).await
+    crate::sql::adbc_against_json(hotgate, bare_addr, token, WIDE_COLUMNS, READ_RUNS).await?;
+    Ok(bare_client)
 }
 
-/// Governed (one row filter, two masks) against admin (no policy), same data.
+/// Governed (one row filter, two masks) against admin (no policy) and the bare Flight
+/// server, same data.
 async fn governed_against_admin(
     gateway: &Gateway,
     client: &mut FlightServiceClient<Channel>,
+    bare_client: &mut FlightServiceClient<Channel>,
 ) -> BenchResult<()> {
     for body in bench_policies() {
         gateway
@@ -427,15 +435,21 @@ async fn governed_against_admin(
     for columns in [5usize, 50] {
         // Interleaved runs, so no caller gets the warmer part of a noisy machine.
         let callers = [
-            ("admin", gateway.token.as_str()),
-            ("governed", analyst.as_str()),
-            ("governed_same_size", analyst2.as_str()),
+            ("admin", Some(gateway.token.as_str())),
+            ("governed", Some(analyst.as_str())),
+            ("governed_same_size", Some(analyst2.as_str())),
+            ("bare_flight", None),
         ];
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); callers.len()];
         let mut rows = vec![0; callers.len()];
         for _ in 0..READ_RUNS {
             for (i, (_, t)) in callers.iter().enumerate() {
-                let (secs, r) = read_once(client, Some(t), columns).await?;
+                let target = if t.is_some() {
+                    &mut *client
+                } else {
+                    &mut *bare_client
+                };
+                let (secs, r) = read_once(target, *t, columns).await?;
                 runs[i].push(secs);
                 rows[i] = r;
             }
@@ -450,7 +464,7 @@ async fn governed_against_admin(
                 serde_json::json!({
                     "bench": "governed_read", "caller": who, "columns": columns, "of": WIDE_COLUMNS,
                     "rows": rows[0], "median_s": secs, "rows_per_s": rows[0] as f64 / secs,
-                    "policies": if *who == "admin" { 0 } else { 3 },
+                    "policies": if matches!(*who, "admin" | "bare_flight") { 0 } else { 3 },
                 })
             );
         }
@@ -461,6 +475,14 @@ async fn governed_against_admin(
         summary.insert(
             format!("governed_same_size_over_admin_{columns}_of_{WIDE_COLUMNS}"),
             (medians[0] / medians[2]).into(),
+        );
+        summary.insert(
+            format!("governed_over_bare_{columns}_of_{WIDE_COLUMNS}"),
+            (medians[3] / medians[1]).into(),
+        );
+        summary.insert(
+            format!("admin_over_bare_{columns}_of_{WIDE_COLUMNS}"),
+            (medians[3] / medians[0]).into(),
         );
     }
     summary.insert("bench".into(), "governed_read_summary".into());
@@ -486,8 +508,8 @@ pub(crate) async fn reads(rate: f64) -> BenchResult<()> {
         wide_batches(),
     )
     .await?;
-    against_bare_flight(&gateway, &mut client, &gateway.token).await?;
-    governed_against_admin(&gateway, &mut client).await?;
+    let mut bare_client = against_bare_flight(&gateway, &mut client, &gateway.token).await?;
+    governed_against_admin(&gateway, &mut client, &mut bare_client).await?;
     println!("{}", authorization_cost(gateway.data_dir()).await?);
     audit_cost(&gateway).await?;
     gateway.stop().await

@@ -175,6 +175,12 @@ impl HotTable {
             Some(_) => (0..def.buckets()).map(|_| Default::default()).collect(),
             None => Vec::new(),
         };
+        // hotgate's own tables (the audit log) are written on a thread per log, which
+        // syncs in place: a call waits on each of their records.
+        let options = LogOptions {
+            dedicated_writer: options.dedicated_writer || def.name().is_system(),
+            ..options
+        };
         let (commits, _) = watch::channel(0);
         let commits = Arc::new(commits);
         let mut logs = BTreeMap::new();

@@ -1,7 +1,12 @@
-//! The writer task of one log: it drains every append queued since its last flush,
-//! writes them with one `pwrite` and one `fdatasync`, publishes and acknowledges them
-//! (group commit), rolls segments, and keeps zeroed space preallocated ahead of the
-//! active segment's end (see the parent module for why).
+//! The writer of one log: it drains every append queued since its last flush, writes
+//! them with one `pwrite` and one `fdatasync`, publishes and acknowledges them (group
+//! commit), rolls segments, and has zeroed space preallocated ahead of the active
+//! segment's end in the background (see the parent module for why).
+//!
+//! A writer runs in one of two ways ([`LogOptions::dedicated_writer`]): as a runtime task
+//! that hands each group's I/O to the blocking pool (one handoff per group; a store can
+//! hold thousands of logs), or on a thread of its own that writes and syncs in place (no
+//! handoff, for the audit log, whose every record a caller waits on).
 
 use std::fs::File;
 use std::ops::Range;
@@ -9,6 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Clock, Log, LogOptions, SegmentEntry, open_segment_files};
@@ -17,92 +23,29 @@ use crate::fs::sync_dir;
 use crate::metrics::StoreMetrics;
 use crate::segment::{EncodedFrame, segment_path};
 
-/// Groups smaller than this are latency-bound: the writer preallocates after them.
-/// Bigger groups are bandwidth-bound, and zeroing ahead would write their bytes twice.
+/// Groups smaller than this are latency-bound: preallocation follows them. Bigger
+/// groups are bandwidth-bound, and zeroing ahead would write their bytes twice.
 const SMALL_GROUP_BYTES: u64 = 64 * 1024;
 /// Bounds of the zeroed space kept ahead of the active segment's end; within them it
 /// grows with the segment, so a quiet log wastes little and a busy one extends rarely.
 const PREALLOCATE_MIN: u64 = 64 * 1024;
 const PREALLOCATE_MAX: u64 = 4 * 1024 * 1024;
+/// Zeros are written in chunks of this size, each under the tail's lock, so a commit
+/// never waits for more than one chunk.
+const ZERO_CHUNK: usize = 64 * 1024;
 
 pub(super) enum WriterMsg {
     Append(EncodedFrame, oneshot::Sender<Result<Range<u64>>>),
     Roll(oneshot::Sender<Result<()>>),
 }
 
-/// The state only the writer task touches.
-pub(super) struct ActiveSegment {
-    pub(super) file: File,
-    pub(super) path: PathBuf,
-    /// Bytes of frames written.
-    pub(super) size: u64,
-    /// The file's length: `size` plus any zeroed space preallocated after it.
-    pub(super) allocated: u64,
-    pub(super) next_offset: u64,
-}
-
-impl ActiveSegment {
-    /// Where preallocation should extend the file to after a group of `group_bytes`,
-    /// if anywhere.
-    fn preallocation_target(&self, group_bytes: u64, segment_bytes: u64) -> Option<u64> {
-        if group_bytes >= SMALL_GROUP_BYTES || self.size >= segment_bytes {
-            return None;
-        }
-        let ahead = (self.size / 2).clamp(PREALLOCATE_MIN, PREALLOCATE_MAX);
-        if self.allocated >= self.size + ahead / 2 {
-            return None;
-        }
-        let target = (self.size + ahead).min(segment_bytes);
-        (target > self.allocated.max(self.size)).then_some(target)
-    }
-
-    /// Writes zeros from the end of the file (or of the frames) up to `target`, and
-    /// syncs them, so that later small commits overwrite allocated blocks. A failure
-    /// costs only speed: the next commit appends as if nothing was preallocated.
-    fn preallocate(&mut self, target: u64) {
-        let from = self.allocated.max(self.size);
-        match write_zeros(&self.file, from, target).and_then(|()| self.file.sync_data()) {
-            Ok(()) => self.allocated = target,
-            Err(e) => {
-                tracing::warn!(path = %self.path.display(), "cannot preallocate: {e}");
-                // Whatever part was written is zeros: still the end of the frames.
-                self.allocated = self
-                    .file
-                    .metadata()
-                    .map_or(self.size, |m| m.len().max(self.size));
-            }
+impl WriterMsg {
+    fn fail(self, error: StoreError) {
+        match self {
+            WriterMsg::Append(_, ack) => drop(ack.send(Err(error))),
+            WriterMsg::Roll(ack) => drop(ack.send(Err(error))),
         }
     }
-
-    /// Cuts the file back to its frames (before a roll or at close), so that only the
-    /// active segment ever has preallocated space. Failing leaves zeros, which readers
-    /// take for the end anyway.
-    fn trim(&mut self) {
-        if self.allocated <= self.size {
-            return;
-        }
-        match self
-            .file
-            .set_len(self.size)
-            .and_then(|()| self.file.sync_data())
-        {
-            Ok(()) => self.allocated = self.size,
-            Err(e) => tracing::warn!(path = %self.path.display(), "cannot trim: {e}"),
-        }
-    }
-}
-
-/// Writes zeros over `from..to` of `file`, from one static block (a fresh zeroed
-/// buffer of up to 4 MiB per preallocation cost page faults on the writer).
-fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
-    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(ZEROS.len() as u64);
-        file.write_all_at(&ZEROS[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
 }
 
 impl std::fmt::Debug for WriterMsg {
@@ -111,6 +54,142 @@ impl std::fmt::Debug for WriterMsg {
             WriterMsg::Append(..) => "Append",
             WriterMsg::Roll(..) => "Roll",
         })
+    }
+}
+
+/// The end of the active segment, shared by the writer and the background job that
+/// zeroes space ahead of it. Zeros are only ever written at or past `size`, under the
+/// lock, and frames only by the writer, also under it: no zero lands on a frame.
+#[derive(Debug)]
+struct Tail {
+    /// Bytes of frames written.
+    size: u64,
+    /// Where the zeros written ahead end (perhaps not yet synced).
+    zeroed: u64,
+    /// Where the zeros written ahead and synced end: up to there a commit grows nothing.
+    allocated: u64,
+    /// A preallocation job is running.
+    busy: bool,
+    /// Rolled or closed: no more zeros.
+    retired: bool,
+}
+
+/// The state only the writer touches, but for the tail it shares with preallocation.
+pub(super) struct ActiveSegment {
+    file: Arc<File>,
+    path: PathBuf,
+    /// Bytes of frames written (the writer's copy of `tail.size`).
+    size: u64,
+    next_offset: u64,
+    tail: Arc<Mutex<Tail>>,
+}
+
+impl ActiveSegment {
+    /// The active segment `file` at `path`, with `size` bytes of frames in a file of
+    /// `len` bytes (what lies past the frames is zeros: recovery ended there).
+    pub(super) fn new(file: File, path: PathBuf, size: u64, len: u64, next_offset: u64) -> Self {
+        let ahead = len.max(size);
+        Self {
+            file: Arc::new(file),
+            path,
+            size,
+            next_offset,
+            tail: Arc::new(Mutex::new(Tail {
+                size,
+                zeroed: ahead,
+                allocated: ahead,
+                busy: false,
+                retired: false,
+            })),
+        }
+    }
+
+    pub(super) fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Where preallocation should extend the file to after a group of `group_bytes`
+    /// (0: none yet, a fresh segment), if anywhere.
+    fn preallocation_target(tail: &Tail, group_bytes: u64, segment_bytes: u64) -> Option<u64> {
+        if tail.busy || group_bytes >= SMALL_GROUP_BYTES || tail.size >= segment_bytes {
+            return None;
+        }
+        let ahead = (tail.size / 2).clamp(PREALLOCATE_MIN, PREALLOCATE_MAX);
+        if tail.allocated >= tail.size + ahead / 2 {
+            return None;
+        }
+        let target = (tail.size + ahead).min(segment_bytes);
+        (target > tail.allocated.max(tail.size)).then_some(target)
+    }
+
+    /// Starts a background job that zeroes the file up to where the next small commits
+    /// will write, and syncs the zeros, so that those commits overwrite allocated
+    /// blocks. A failure costs only speed: the next commit appends as if nothing was
+    /// preallocated.
+    fn preallocate(&self, group_bytes: u64, segment_bytes: u64, runtime: &tokio::runtime::Handle) {
+        let target = {
+            let mut tail = self.tail.lock();
+            let Some(target) = Self::preallocation_target(&tail, group_bytes, segment_bytes) else {
+                return;
+            };
+            tail.busy = true;
+            target
+        };
+        let (file, tail, path) = (
+            Arc::clone(&self.file),
+            Arc::clone(&self.tail),
+            self.path.clone(),
+        );
+        runtime.spawn_blocking(move || zero_ahead(&file, &tail, &path, target));
+    }
+
+    /// Stops preallocation and cuts the file back to its frames (before a roll or at
+    /// close), so that only the active segment ever has preallocated space. Failing
+    /// leaves zeros, which readers take for the end anyway.
+    fn retire(&mut self) {
+        let mut tail = self.tail.lock();
+        tail.retired = true;
+        if tail.zeroed <= self.size {
+            return;
+        }
+        match self
+            .file
+            .set_len(self.size)
+            .and_then(|()| self.file.sync_data())
+        {
+            Ok(()) => (tail.zeroed, tail.allocated) = (self.size, self.size),
+            Err(e) => tracing::warn!(path = %self.path.display(), "cannot trim: {e}"),
+        }
+    }
+}
+
+/// The preallocation job: zeros from the tail's end up to `target`, one chunk per lock,
+/// then one sync. Zeros come from one static block (a fresh zeroed buffer of up to 4 MiB
+/// per preallocation would cost page faults).
+fn zero_ahead(file: &File, tail: &Mutex<Tail>, path: &Path, target: u64) {
+    static ZEROS: [u8; ZERO_CHUNK] = [0; ZERO_CHUNK];
+    loop {
+        let mut t = tail.lock();
+        let at = t.zeroed.max(t.size);
+        if t.retired || at >= target {
+            break;
+        }
+        let n = (target - at).min(ZERO_CHUNK as u64);
+        if let Err(e) = file.write_all_at(&ZEROS[..n as usize], at) {
+            tracing::warn!(path = %path.display(), "cannot preallocate: {e}");
+            // Part of the chunk may be written: retiring must still trim it.
+            t.zeroed = at + n;
+            t.busy = false;
+            return;
+        }
+        t.zeroed = at + n;
+    }
+    let synced = file.sync_data();
+    let mut t = tail.lock();
+    t.busy = false;
+    match synced {
+        Ok(()) => t.allocated = t.allocated.max(target.min(t.zeroed)),
+        Err(e) => tracing::warn!(path = %path.display(), "cannot sync preallocated space: {e}"),
     }
 }
 
@@ -123,34 +202,78 @@ pub(super) fn create_segment(
     writer.sync_all().map_err(|e| StoreError::io(&path, e))?;
     sync_dir(dir)?;
     Ok((
-        ActiveSegment {
-            file: writer,
-            path: path.clone(),
-            size: 0,
-            allocated: 0,
-            next_offset: base_offset,
-        },
+        ActiveSegment::new(writer, path.clone(), 0, 0, base_offset),
         SegmentEntry::new(base_offset, path, reader),
     ))
 }
 
-pub(super) async fn writer_loop(
+/// A log's writer: its active segment and what it publishes to.
+pub(super) struct Writer {
     log: Arc<Log>,
-    mut rx: mpsc::Receiver<WriterMsg>,
-    active: ActiveSegment,
+    /// `None` once a failed write could not be undone: the log refuses everything after.
+    active: Option<ActiveSegment>,
+    poisoned: String,
     options: LogOptions,
     metrics: Arc<StoreMetrics>,
     on_commit: Arc<watch::Sender<u64>>,
-) {
-    // `None` once a failed write could not be undone: the log refuses everything after.
-    let mut active = Some(active);
-    let mut poisoned = String::new();
-    while let Some(first) = rx.recv().await {
+    /// Runs the preallocation jobs on its blocking pool.
+    runtime: tokio::runtime::Handle,
+}
+
+impl Writer {
+    /// Must be called within the runtime whose blocking pool preallocates.
+    pub(super) fn new(
+        log: Arc<Log>,
+        active: ActiveSegment,
+        options: LogOptions,
+        metrics: Arc<StoreMetrics>,
+        on_commit: Arc<watch::Sender<u64>>,
+    ) -> Self {
+        Self {
+            log,
+            active: Some(active),
+            poisoned: String::new(),
+            options,
+            metrics,
+            on_commit,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Takes `first` and whatever else is queued, up to a group's bytes.
+    fn drain(&self, first: WriterMsg, rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<WriterMsg> {
+        let mut msgs = vec![first];
+        let mut bytes = 0u64;
+        loop {
+            if let Some(WriterMsg::Append(frame, _)) = msgs.last() {
+                bytes += frame.frame_len();
+            }
+            if bytes >= self.options.max_group_bytes {
+                break;
+            }
+            match rx.try_recv() {
+                Ok(msg) => msgs.push(msg),
+                Err(_) => break,
+            }
+        }
+        msgs
+    }
+
+    /// Commits the appends among `msgs` as one group, then rolls if asked or due, and
+    /// starts preallocation after a small group. Blocking I/O.
+    fn handle(&mut self, msgs: Vec<WriterMsg>) {
+        let log = Arc::clone(&self.log);
+        let fail = |reason: &str| {
+            StoreError::Unavailable(format!("log {} failed earlier: {reason}", log.id))
+        };
+        let Some(mut current) = self.active.take() else {
+            msgs.into_iter().for_each(|m| m.fail(fail(&self.poisoned)));
+            return;
+        };
         let mut appends = Vec::new();
         let mut rolls = Vec::new();
         let mut bytes = 0u64;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
+        for msg in msgs {
             match msg {
                 WriterMsg::Append(frame, ack) => {
                     bytes += frame.frame_len();
@@ -158,29 +281,14 @@ pub(super) async fn writer_loop(
                 }
                 WriterMsg::Roll(ack) => rolls.push(ack),
             }
-            if bytes < options.max_group_bytes {
-                next = rx.try_recv().ok();
-            }
         }
-        let fail = |reason: &str| {
-            StoreError::Unavailable(format!("log {} failed earlier: {reason}", log.id))
-        };
-        let Some(mut current) = active.take() else {
-            appends
-                .into_iter()
-                .for_each(|(_, ack)| drop(ack.send(Err(fail(&poisoned)))));
-            rolls
-                .into_iter()
-                .for_each(|ack| drop(ack.send(Err(fail(&poisoned)))));
-            continue;
-        };
-        let mut committed_bytes = None;
+        let mut committed = false;
         if !appends.is_empty() {
-            match commit_group(&log, current, appends, &metrics, &options.clock).await {
+            match commit_group(&log, current, appends, &self.metrics, &self.options.clock) {
                 Ok(a) => {
                     current = a;
-                    committed_bytes = Some(bytes);
-                    on_commit.send_modify(|n| *n += 1);
+                    committed = true;
+                    self.on_commit.send_modify(|n| *n += 1);
                 }
                 Err((Some(a), reason)) => {
                     tracing::error!(log = %log.id, "log write failed and was undone: {reason}");
@@ -191,20 +299,22 @@ pub(super) async fn writer_loop(
                     rolls
                         .into_iter()
                         .for_each(|ack| drop(ack.send(Err(fail(&reason)))));
-                    poisoned = reason;
-                    continue;
+                    self.poisoned = reason;
+                    return;
                 }
             }
         }
-        let must_roll =
-            current.size >= options.segment_bytes || (!rolls.is_empty() && current.size > 0);
+        let full = current.size >= self.options.segment_bytes;
+        let must_roll = full || (!rolls.is_empty() && current.size > 0);
         let mut roll_error = None;
+        let mut rolled = false;
         if must_roll {
-            current.trim();
+            current.retire();
             match create_segment(&log.dir, current.next_offset) {
                 Ok((a, entry)) => {
                     log.segments.write().push(entry);
                     current = a;
+                    rolled = true;
                 }
                 Err(e) => roll_error = Some(e.to_string()),
             }
@@ -218,30 +328,57 @@ pub(super) async fn writer_loop(
                 ))),
             });
         }
-        if let Some(target) = committed_bytes
-            .filter(|_| !must_roll || roll_error.is_some())
-            .and_then(|b| current.preallocation_target(b, options.segment_bytes))
-        {
-            current = match tokio::task::spawn_blocking(move || {
-                current.preallocate(target);
-                current
-            })
-            .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    // The segment's file went with the task: close the log.
-                    poisoned = format!("preallocation task failed: {e}");
-                    tracing::error!(log = %log.id, "{poisoned}; the log is closed");
-                    continue;
-                }
-            };
+        if rolled && full {
+            // A busy log's fresh segment: its first small commits should not grow it
+            // either. A segment rolled on request (retention, a rewrite) stays empty
+            // until written: the log may never be written again (an old day's).
+            current.preallocate(0, self.options.segment_bytes, &self.runtime);
+        } else if committed && roll_error.is_none() {
+            current.preallocate(bytes, self.options.segment_bytes, &self.runtime);
         }
-        active = Some(current);
+        self.active = Some(current);
     }
-    if let Some(mut current) = active {
-        current.trim();
+
+    fn close(&mut self) {
+        if let Some(current) = &mut self.active {
+            current.retire();
+        }
     }
+}
+
+/// Runs `writer` as a runtime task: each group's I/O goes to the blocking pool.
+pub(super) async fn run_on_runtime(mut writer: Writer, mut rx: mpsc::Receiver<WriterMsg>) {
+    while let Some(first) = rx.recv().await {
+        let msgs = writer.drain(first, &mut rx);
+        writer = match tokio::task::spawn_blocking(move || {
+            writer.handle(msgs);
+            writer
+        })
+        .await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                // The segment's file went with the task: refuse everything after.
+                let reason = format!("log writer task failed: {e}");
+                tracing::error!("{reason}; the log is closed");
+                while let Some(msg) = rx.recv().await {
+                    msg.fail(StoreError::Unavailable(reason.clone()));
+                }
+                return;
+            }
+        };
+    }
+    let _ = tokio::task::spawn_blocking(move || writer.close()).await;
+}
+
+/// Runs `writer` on the calling thread, which it keeps until the log closes: it writes
+/// and syncs in place.
+pub(super) fn run_on_thread(mut writer: Writer, mut rx: mpsc::Receiver<WriterMsg>) {
+    while let Some(first) = rx.blocking_recv() {
+        let msgs = writer.drain(first, &mut rx);
+        writer.handle(msgs);
+    }
+    writer.close();
 }
 
 type Ack = oneshot::Sender<Result<Range<u64>>>;
@@ -249,9 +386,9 @@ type Ack = oneshot::Sender<Result<Range<u64>>>;
 /// Writes one group with one `pwrite` and one `fdatasync`, then publishes and acks it.
 /// On failure the active segment is cut back to its last durable size; if even that
 /// fails, the segment is returned as `None` and the log is poisoned.
-async fn commit_group(
+fn commit_group(
     log: &Arc<Log>,
-    active: ActiveSegment,
+    mut active: ActiveSegment,
     appends: Vec<(EncodedFrame, Ack)>,
     metrics: &StoreMetrics,
     clock: &Clock,
@@ -282,24 +419,15 @@ async fn commit_group(
     let rows = offset - active.next_offset;
     let group_size = acks.len();
     let start = active.size;
-    let joined = tokio::task::spawn_blocking(move || {
-        let res = active
-            .file
-            .write_all_at(&buf, start)
-            .and_then(|()| active.file.sync_data());
-        (active, res)
-    })
-    .await;
-    let (mut active, res) = match joined {
-        Ok(pair) => pair,
-        Err(e) => {
-            let reason = format!("writer task failed: {e}");
-            for (ack, _) in acks {
-                let _ = ack.send(Err(StoreError::Unavailable(reason.clone())));
-            }
-            return Err((None, reason));
-        }
-    };
+    let res = {
+        let mut tail = active.tail.lock();
+        let written = active.file.write_all_at(&buf, start);
+        // Even a partial write may have put frame bytes there: no zeros over them.
+        tail.size = position;
+        tail.zeroed = tail.zeroed.max(position);
+        written
+    }
+    .and_then(|()| active.file.sync_data());
     if let Err(e) = res {
         let reason = format!("write to {} failed: {e}", active.path.display());
         for (ack, _) in acks {
@@ -308,11 +436,15 @@ async fn commit_group(
                 std::io::Error::new(e.kind(), e.to_string()),
             )));
         }
-        let restored = active
-            .file
-            .set_len(start)
-            .and_then(|()| active.file.sync_data());
-        active.allocated = start;
+        let restored = {
+            let mut tail = active.tail.lock();
+            let cut = active.file.set_len(start);
+            if cut.is_ok() {
+                (tail.size, tail.zeroed, tail.allocated) = (start, start, start);
+            }
+            cut
+        }
+        .and_then(|()| active.file.sync_data());
         return Err((restored.is_ok().then_some(active), reason));
     }
     active.size = position;

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_array::RecordBatch;
+use hotgate_store::{ScanRequest, Store, TableName, TableSpec};
 use rand::Rng;
 
 use crate::common::*;
@@ -86,6 +88,107 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
     }
 }
 
+/// The segment's bytes once the background preallocation has zeroed space after its
+/// frames (it runs after each small commit; this waits for it, it does not time it).
+async fn zeroed_ahead(path: &std::path::Path) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let bytes = std::fs::read(path).unwrap();
+        let frames_end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
+        if bytes.len() >= frames_end + 32 * 1024 {
+            return bytes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "small commits leave zeroed space ahead ({} bytes, frames end near {frames_end})",
+            bytes.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// A `_system` table's log is written by a thread of its own, with preallocation in
+/// the background: many small commits racing the zeroing lose no frame, and rolls
+/// and a reopen keep every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_logs_write_on_their_own_thread_and_lose_no_frame_to_preallocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec: TableSpec = serde_json::from_value(hotgate_testkit::with(
+        serde_json::to_value(events_spec(1)).unwrap(),
+        serde_json::json!({"namespace": "_system", "name": "journal"}),
+    ))
+    .unwrap();
+    let name = TableName::system("journal").unwrap();
+    let writer_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|comm| comm.starts_with("log-writer"))
+            .count()
+    };
+    let before = writer_threads();
+    // Small segments, so that the appends roll several times.
+    let options = || hotgate_store::StoreOptions {
+        log: hotgate_store::LogOptions {
+            segment_bytes: 96 * 1024,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let store = Store::open(dir.path(), options()).unwrap();
+    let table = store.create_table(spec).await.unwrap();
+    let mut expected = Vec::new();
+    for round in 0..4i64 {
+        // Concurrent appends group into small commits, each followed by zeroing.
+        let mut tasks = Vec::new();
+        for k in 0..200i64 {
+            let table = Arc::clone(&table);
+            let id = round * 1000 + k;
+            expected.push(id);
+            tasks.push(tokio::spawn(async move {
+                table.append(&events(id..id + 1, |_| T0)).await.unwrap()
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        if round == 0 {
+            assert_eq!(
+                writer_threads(),
+                before + 1,
+                "the system table's log has a writer thread"
+            );
+        }
+    }
+    expected.sort_unstable();
+    assert!(
+        segment_files(dir.path()).len() > 2,
+        "the appends rolled the log"
+    );
+    let ids = |store: &Store| {
+        let scan = store
+            .table(&name)
+            .unwrap()
+            .scan(&ScanRequest {
+                columns: Some(vec!["id".into()]),
+                ..Default::default()
+            })
+            .unwrap();
+        let batches: Vec<RecordBatch> = scan.map(|b| b.unwrap().batch).collect();
+        let mut ids = int64_values(&batches, "id");
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(ids(&store), expected);
+    store.close().await;
+    drop(table);
+    drop(store);
+    assert_eq!(writer_threads(), before, "closing ends the writer thread");
+    let store = Store::open(dir.path(), options()).unwrap();
+    assert_eq!(ids(&store), expected, "every row is back after a reopen");
+    store.close().await;
+}
+
 /// What a crash leaves of a log with preallocated space after its last frame: the
 /// zeros are a clean end, not a torn tail, so nothing is cut, no segment is rolled,
 /// and appends continue over them.
@@ -102,13 +205,7 @@ async fn preallocated_space_is_a_clean_end_after_a_crash() {
     }
     let files = segment_files(live.path());
     assert_eq!(files.len(), 1);
-    let bytes = std::fs::read(&files[0]).unwrap();
-    let frames_end = bytes.iter().rposition(|b| *b != 0).unwrap() + 1;
-    assert!(
-        bytes.len() >= frames_end + 32 * 1024,
-        "small commits leave zeroed space ahead ({} bytes, frames end near {frames_end})",
-        bytes.len()
-    );
+    let bytes = zeroed_ahead(&files[0]).await;
     // The crash image: the files as they are while the store runs.
     let crashed = tempfile::tempdir().unwrap();
     copy_dir(live.path(), crashed.path());
