@@ -50,7 +50,7 @@ pub(crate) struct Gateway {
     /// The administrator's token.
     pub(crate) token: String,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<hotgate_gateway::error::Result<()>>,
+    task: ServerTask,
     _dir: tempfile::TempDir,
 }
 
@@ -77,10 +77,7 @@ impl Gateway {
         )?;
         // The key file exists before the server starts: it and the issuer share it.
         let token = mint(&config, "root", "admin")?;
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
-            let _ = stop_rx.await;
-        }));
+        let (stop, task) = spawn(&config);
         let gateway = Self {
             config,
             token,
@@ -90,6 +87,38 @@ impl Gateway {
         };
         gateway.wait_healthy().await?;
         Ok(gateway)
+    }
+
+    /// Stops the gateway and starts another with the same configuration on the same data
+    /// directory (new ports); `before_start` runs in between. Returns the new gateway and
+    /// the time from its start to healthy.
+    pub(crate) async fn restart(
+        self,
+        before_start: impl FnOnce(),
+    ) -> BenchResult<(Self, Duration)> {
+        let Self {
+            mut config,
+            token,
+            stop,
+            task,
+            _dir,
+        } = self;
+        let _ = stop.send(());
+        task.await??;
+        before_start();
+        config.flight_addr = free_addr();
+        config.http_addr = free_addr();
+        let start = Instant::now();
+        let (stop, task) = spawn(&config);
+        let gateway = Self {
+            config,
+            token,
+            stop,
+            task,
+            _dir,
+        };
+        gateway.wait_healthy().await?;
+        Ok((gateway, start.elapsed()))
     }
 
     /// A token of the embedded issuer for `sub` with principal role `role`.
@@ -122,7 +151,7 @@ impl Gateway {
             if start.elapsed() > Duration::from_secs(30) {
                 return Err("the gateway did not start".into());
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -170,6 +199,17 @@ impl Gateway {
         self.task.await??;
         Ok(())
     }
+}
+
+type ServerTask = tokio::task::JoinHandle<hotgate_gateway::error::Result<()>>;
+
+/// Starts the server of `config` on this runtime; it runs until the sender is used.
+fn spawn(config: &Config) -> (tokio::sync::oneshot::Sender<()>, ServerTask) {
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    (stop, task)
 }
 
 /// A token of the embedded issuer of `config`. Two hours: the longest bench (a large

@@ -9,7 +9,7 @@
 //! - `reads` (the default): freshness, Flight reads against a bare Flight server,
 //!   governed against admin reads, authorization cost, audit on against off;
 //! - `lookup`: primary-key lookups against Redis; `recovery`: primary-key state open
-//!   and rebuild times;
+//!   and rebuild times, and restart to serving with gigabytes of log tables;
 //! - `tiering`: conversion against the raw parquet writer, a simulated day of tiering;
 //! - `deletion`: a compliance deletion on a large table, accepted to verified;
 //! - `aggregate`: a Flight SQL `GROUP BY` over both tiers against DataFusion reading
@@ -28,6 +28,7 @@ mod gateway;
 mod kafka;
 mod lookup;
 mod reads;
+mod restart;
 mod sql;
 mod stats;
 mod tiering;
@@ -61,12 +62,16 @@ enum Bench {
         #[arg(long, env = "HOTGATE_BENCH_KEYS", default_value_t = 1_000_000)]
         keys: i64,
     },
-    /// Open and rebuild times of a primary-key table's RocksDB state.
+    /// Open and rebuild times of a primary-key table's RocksDB state, and restart to
+    /// serving with gigabytes of hot log tables.
     Recovery {
         /// Table sizes to measure, comma-separated.
         #[arg(long, env = "HOTGATE_BENCH_RECOVERY_KEYS", value_delimiter = ',',
               default_values_t = [1_000_000i64, 10_000_000])]
         keys: Vec<i64>,
+        /// GiB of hot log segments for the restart; 0 skips it.
+        #[arg(long, env = "HOTGATE_BENCH_LOG_GB", default_value_t = 10.0)]
+        log_gb: f64,
     },
     /// Conversion against the raw parquet writer, and a simulated day of tiering.
     Tiering {
@@ -122,7 +127,13 @@ fn main() -> std::process::ExitCode {
     let run = match bench.expect("a bench") {
         Bench::Reads { rate } => runtime.block_on(reads::reads(rate)),
         Bench::Lookup { keys } => runtime.block_on(lookup::lookup(keys)),
-        Bench::Recovery { keys } => runtime.block_on(lookup::recovery(keys)),
+        Bench::Recovery { keys, log_gb } => runtime.block_on(async {
+            lookup::recovery(keys).await?;
+            if log_gb > 0.0 {
+                restart::restart(log_gb).await?;
+            }
+            Ok(())
+        }),
         Bench::Tiering { day_secs, day_rows } => {
             runtime.block_on(tiering::tiering(day_secs, day_rows))
         }
