@@ -50,7 +50,7 @@ pub(crate) struct Gateway {
     /// The administrator's token.
     pub(crate) token: String,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: ServerTask,
+    task: tokio::task::JoinHandle<hotgate_gateway::error::Result<()>>,
     _dir: tempfile::TempDir,
 }
 
@@ -77,7 +77,15 @@ impl Gateway {
         )?;
         // The key file exists before the server starts: it and the issuer share it.
         let token = mint(&config, "root", "admin")?;
-        let (stop, task) = spawn(&config);
+        Self::launch(config, token, dir).await
+    }
+
+    /// Starts the server of `config` and waits until it is healthy.
+    async fn launch(config: Config, token: String, dir: tempfile::TempDir) -> BenchResult<Self> {
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
+            let _ = stop_rx.await;
+        }));
         let gateway = Self {
             config,
             token,
@@ -101,7 +109,7 @@ impl Gateway {
             token,
             stop,
             task,
-            _dir,
+            _dir: dir,
         } = self;
         let _ = stop.send(());
         task.await??;
@@ -109,15 +117,7 @@ impl Gateway {
         config.flight_addr = free_addr();
         config.http_addr = free_addr();
         let start = Instant::now();
-        let (stop, task) = spawn(&config);
-        let gateway = Self {
-            config,
-            token,
-            stop,
-            task,
-            _dir,
-        };
-        gateway.wait_healthy().await?;
+        let gateway = Self::launch(config, token, dir).await?;
         Ok((gateway, start.elapsed()))
     }
 
@@ -199,17 +199,6 @@ impl Gateway {
         self.task.await??;
         Ok(())
     }
-}
-
-type ServerTask = tokio::task::JoinHandle<hotgate_gateway::error::Result<()>>;
-
-/// Starts the server of `config` on this runtime; it runs until the sender is used.
-fn spawn(config: &Config) -> (tokio::sync::oneshot::Sender<()>, ServerTask) {
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(hotgate_gateway::server::run(config.clone(), async move {
-        let _ = stop_rx.await;
-    }));
-    (stop, task)
 }
 
 /// A token of the embedded issuer of `config`. Two hours: the longest bench (a large
