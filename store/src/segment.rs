@@ -272,6 +272,11 @@ pub(crate) struct ScannedSegment {
     pub valid_len: u64,
     /// Why scanning stopped early, if it did.
     pub tail_problem: Option<String>,
+    /// With [`Verify::After`]: a frame ends at the recovery point with the CRC it
+    /// recorded, so the unchecked frames before it are the ones it vouched for.
+    pub trusted_prefix_held: bool,
+    /// The stored CRC of the last valid frame (0 when there is none).
+    pub last_crc: u32,
 }
 
 /// Whether a frame header (or what is left of the file where one would start) is all
@@ -281,21 +286,40 @@ pub(crate) fn is_preallocated(header: &[u8]) -> bool {
     header.iter().all(|b| *b == 0)
 }
 
-/// Reads every frame header of a segment. With `verify_crc`, each frame's payload is read
-/// and checked too (recovery of the active segment); otherwise only the headers' structure
-/// is checked. Scanning stops at the first frame that fails, or at
-/// preallocated space (an all-zero header), which is a clean end.
+/// Which frames of a segment a scan reads whole and checks against their CRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verify {
+    /// None: only the headers' structure is checked (a sealed segment, synced whole
+    /// before it was sealed).
+    Headers,
+    /// Every frame (the active segment, whose tail a crash may have torn).
+    All,
+    /// The frames at and past `position`. Those before it were durable and whole when a
+    /// recovery point recorded it; the frame that ends there carries the stored CRC
+    /// `crc`. When no frame ends at `position` with that CRC, the scan says so
+    /// ([`ScannedSegment::trusted_prefix_held`]) and the caller scans again with `All`.
+    After { position: u64, crc: u32 },
+}
+
+/// Reads every frame header of a segment, and the payloads that `verify` asks for,
+/// which are checked against their CRC. Scanning stops at the first frame that fails,
+/// or at preallocated space (an all-zero header), which is a clean end.
 pub(crate) fn scan_segment(
     file: &File,
     path: &Path,
     base_offset: u64,
-    verify_crc: bool,
+    verify: Verify,
 ) -> Result<ScannedSegment> {
     let len = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
     let mut frames = Vec::new();
     let mut pos = 0u64;
     let mut expected_offset = base_offset;
     let mut payload = Vec::new();
+    let mut trusted_prefix_held = match verify {
+        Verify::After { position, .. } => position == 0,
+        Verify::Headers | Verify::All => true,
+    };
+    let mut last_crc = 0;
     let problem = loop {
         if pos == len {
             break None;
@@ -330,6 +354,19 @@ pub(crate) fn scan_segment(
                 meta.base_offset, meta.record_count
             ));
         }
+        let verify_crc = match verify {
+            Verify::Headers => false,
+            Verify::All => true,
+            Verify::After {
+                position,
+                crc: trusted,
+            } => {
+                if end == position {
+                    trusted_prefix_held = crc == trusted;
+                }
+                pos >= position
+            }
+        };
         if verify_crc {
             payload.resize(meta.payload_len as usize, 0);
             file.read_exact_at(&mut payload, pos + HEADER_LEN as u64)
@@ -340,6 +377,7 @@ pub(crate) fn scan_segment(
             }
         }
         expected_offset = meta.end_offset();
+        last_crc = crc;
         frames.push(meta);
         pos = end;
     };
@@ -347,6 +385,8 @@ pub(crate) fn scan_segment(
         frames,
         valid_len: pos,
         tail_problem: problem,
+        trusted_prefix_held,
+        last_crc,
     })
 }
 
@@ -904,7 +944,7 @@ mod tests {
             let path = dir.path().join("seg.log");
             std::fs::write(&path, &bytes).unwrap();
             let file = File::open(&path).unwrap();
-            let scanned = scan_segment(&file, &path, 0, true).unwrap();
+            let scanned = scan_segment(&file, &path, 0, Verify::All).unwrap();
             assert_eq!(scanned.tail_problem, None);
             assert_eq!(scanned.frames, vec![plain, marked]);
             assert_eq!(read_marks(&file, &path, &plain).unwrap(), None);

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::writer::WriterMsg;
 use super::{Log, SegmentEntry, open_segment_files, sidecar};
 use crate::error::{Result, StoreError};
-use crate::segment::{EncodedFrame, scan_segment};
+use crate::segment::{EncodedFrame, Verify, scan_segment};
 
 /// What a row-deleting rewrite did to one log.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -135,7 +135,7 @@ impl Log {
             sidecar::write_deleted(&path, &all_deleted)?;
             crate::fs::rename_durable(&tmp, &path)?;
             let (_, reader) = open_segment_files(&path, false)?;
-            let scanned = scan_segment(&reader, &path, base, true)?;
+            let scanned = scan_segment(&reader, &path, base, Verify::All)?;
             if let Some(problem) = scanned.tail_problem {
                 return Err(StoreError::corrupt(
                     &path,

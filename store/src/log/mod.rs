@@ -15,15 +15,22 @@
 //! is where the written part of a segment ends ([`crate::segment::scan_segment`]); a
 //! segment is cut to its written part when it is rolled and when the log closes.
 //!
+//! Recovery reads every segment's frame headers, and checks the active segment's
+//! frames against their CRC past its [`recovery_point`], so a torn tail is cut and the
+//! rows below it stay.
+//!
 //! - this file: the log handle (open and recover, plan reads, retention);
 //! - [`writer`]: the writer, its group commit and background preallocation;
+//! - [`recovery_point`]: how far the active segment is known to be whole;
 //! - [`delete_rows`]: row deletion by rewrite, which keeps every other row's offset;
 //! - [`sidecar`]: the deleted-offsets sidecar and the blanking of deleted rows.
 
 mod delete_rows;
+mod recovery_point;
 pub(crate) mod sidecar;
 mod writer;
 
+use recovery_point::RecoveryPoint;
 use writer::{ActiveSegment, Writer, WriterMsg, create_segment, run_on_runtime, run_on_thread};
 
 use std::fs::{self, File, OpenOptions};
@@ -41,7 +48,8 @@ use crate::error::{Result, StoreError};
 use crate::fs::{create_dir_durable, sync_dir};
 use crate::metrics::StoreMetrics;
 use crate::segment::{
-    EncodedFrame, FrameMeta, parse_segment_file_name, read_marks, scan_segment, segment_path,
+    EncodedFrame, FrameMeta, Verify, parse_segment_file_name, read_marks, scan_segment,
+    segment_path,
 };
 use crate::source_marks::{FLAG_SOURCE_MARKS, SourceMarks};
 
@@ -217,11 +225,24 @@ fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
+/// A log as read back from its directory, ready for [`Log::start`].
+pub(crate) struct RecoveredLog {
+    id: LogId,
+    dir: PathBuf,
+    segments: Vec<SegmentEntry>,
+    active: ActiveSegment,
+    marks: SourceMarks,
+}
+
+impl RecoveredLog {
+    pub(crate) fn id(&self) -> LogId {
+        self.id
+    }
+}
+
 impl Log {
-    /// Opens (or creates) the log in `dir`, recovering the active segment's tail, and
-    /// starts its writer task. A new log's first row gets offset `first_offset`: above
-    /// zero when the cold tier already holds rows of this log that the hot tier lost
-    /// (a rebuilt data directory), so no offset means two rows.
+    /// Opens (or creates) the log in `dir` ([`Log::recover`]) and starts its writer
+    /// ([`Log::start`]).
     pub(crate) fn open(
         id: LogId,
         dir: PathBuf,
@@ -230,6 +251,19 @@ impl Log {
         metrics: Arc<StoreMetrics>,
         on_commit: Arc<watch::Sender<u64>>,
     ) -> Result<Arc<Self>> {
+        let recovered = Self::recover(id, dir, first_offset)?;
+        Self::start(recovered, options, metrics, on_commit)
+    }
+
+    /// Reads the log in `dir` back (creating it if needed): every segment's frame
+    /// headers, and the active segment's frames past its recovery point, whole, so a
+    /// torn tail is found and cut. A new log's first row gets offset `first_offset`:
+    /// above zero when the cold tier already holds rows of this log that the hot tier
+    /// lost (a rebuilt data directory), so no offset means two rows.
+    ///
+    /// Blocking I/O that needs no runtime: a table recovers its logs on several
+    /// threads at once.
+    pub(crate) fn recover(id: LogId, dir: PathBuf, first_offset: u64) -> Result<RecoveredLog> {
         create_dir_durable(&dir)?;
         let mut bases: Vec<u64> = fs::read_dir(&dir)
             .map_err(|e| StoreError::io(&dir, e))?
@@ -237,6 +271,7 @@ impl Log {
             .filter_map(|e| parse_segment_file_name(&e.file_name().to_string_lossy()))
             .collect();
         bases.sort_unstable();
+        let point = RecoveryPoint::read(&dir);
 
         let mut segments: Vec<SegmentEntry> = Vec::new();
         let mut active: Option<ActiveSegment> = None;
@@ -256,7 +291,22 @@ impl Log {
                 ));
             }
             let (writer, reader) = open_segment_files(&path, false)?;
-            let scanned = scan_segment(&reader, &path, base, last)?;
+            let verify = match point {
+                _ if !last => Verify::Headers,
+                Some(p) if p.base == base => Verify::After {
+                    position: p.position,
+                    crc: p.crc,
+                },
+                _ => Verify::All,
+            };
+            let mut scanned = scan_segment(&reader, &path, base, verify)?;
+            if !scanned.trusted_prefix_held {
+                tracing::warn!(
+                    path = %path.display(),
+                    "the recovery point does not match the segment; checking every frame"
+                );
+                scanned = scan_segment(&reader, &path, base, Verify::All)?;
+            }
             if let Some(problem) = &scanned.tail_problem {
                 if !last {
                     return Err(StoreError::corrupt(&path, problem.clone()));
@@ -286,9 +336,10 @@ impl Log {
                 active = Some(ActiveSegment::new(
                     writer,
                     path,
-                    entry.size,
-                    allocated,
+                    base,
+                    (entry.size, allocated),
                     entry.end_offset(),
+                    scanned.last_crc,
                 ));
             }
             segments.push(entry);
@@ -309,6 +360,29 @@ impl Log {
         }
 
         let marks = last_marks(&segments)?;
+        Ok(RecoveredLog {
+            id,
+            dir,
+            segments,
+            active,
+            marks,
+        })
+    }
+
+    /// Starts the writer of a recovered log. Must be called within a Tokio runtime.
+    pub(crate) fn start(
+        recovered: RecoveredLog,
+        options: LogOptions,
+        metrics: Arc<StoreMetrics>,
+        on_commit: Arc<watch::Sender<u64>>,
+    ) -> Result<Arc<Self>> {
+        let RecoveredLog {
+            id,
+            dir,
+            segments,
+            active,
+            marks,
+        } = recovered;
         let (end, _) = watch::channel(active.next_offset());
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let log = Arc::new(Log {

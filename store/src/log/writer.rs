@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::recovery_point::{RECOVERY_POINT_BYTES, RecoveryPoint};
 use super::{Clock, Log, LogOptions, SegmentEntry, open_segment_files};
 use crate::error::{Result, StoreError};
 use crate::fs::sync_dir;
@@ -78,22 +79,38 @@ struct Tail {
 pub(super) struct ActiveSegment {
     file: Arc<File>,
     path: PathBuf,
+    base_offset: u64,
     /// Bytes of frames written (the writer's copy of `tail.size`).
     size: u64,
     next_offset: u64,
+    /// The stored CRC of the last frame (0 when there is none).
+    last_crc: u32,
+    /// Where the last recovery point written for this segment lies.
+    recovery_point: u64,
     tail: Arc<Mutex<Tail>>,
 }
 
 impl ActiveSegment {
     /// The active segment `file` at `path`, with `size` bytes of frames in a file of
-    /// `len` bytes (what lies past the frames is zeros: recovery ended there).
-    pub(super) fn new(file: File, path: PathBuf, size: u64, len: u64, next_offset: u64) -> Self {
+    /// `len` bytes (what lies past the frames is zeros: recovery ended there), the last
+    /// of which has stored CRC `last_crc`.
+    pub(super) fn new(
+        file: File,
+        path: PathBuf,
+        base_offset: u64,
+        (size, len): (u64, u64),
+        next_offset: u64,
+        last_crc: u32,
+    ) -> Self {
         let ahead = len.max(size);
         Self {
             file: Arc::new(file),
             path,
+            base_offset,
             size,
             next_offset,
+            last_crc,
+            recovery_point: 0,
             tail: Arc::new(Mutex::new(Tail {
                 size,
                 zeroed: ahead,
@@ -106,6 +123,21 @@ impl ActiveSegment {
 
     pub(super) fn next_offset(&self) -> u64 {
         self.next_offset
+    }
+
+    /// Records that every frame written so far is durable, unless that was recorded
+    /// already (see [`super::recovery_point`]). Only after a sync.
+    fn write_recovery_point(&mut self, dir: &Path) {
+        if self.size == self.recovery_point {
+            return;
+        }
+        RecoveryPoint {
+            base: self.base_offset,
+            position: self.size,
+            crc: self.last_crc,
+        }
+        .write(dir);
+        self.recovery_point = self.size;
     }
 
     /// Where preallocation should extend the file to after a group of `group_bytes`
@@ -202,7 +234,7 @@ pub(super) fn create_segment(
     writer.sync_all().map_err(|e| StoreError::io(&path, e))?;
     sync_dir(dir)?;
     Ok((
-        ActiveSegment::new(writer, path.clone(), 0, 0, base_offset),
+        ActiveSegment::new(writer, path.clone(), base_offset, (0, 0), base_offset, 0),
         SegmentEntry::new(base_offset, path, reader),
     ))
 }
@@ -288,6 +320,9 @@ impl Writer {
                 Ok(a) => {
                     current = a;
                     committed = true;
+                    if current.size >= current.recovery_point + RECOVERY_POINT_BYTES {
+                        current.write_recovery_point(&log.dir);
+                    }
                     self.on_commit.send_modify(|n| *n += 1);
                 }
                 Err((Some(a), reason)) => {
@@ -339,9 +374,12 @@ impl Writer {
         self.active = Some(current);
     }
 
+    /// Trims the active segment to its frames and records them all in the recovery
+    /// point, so the next open checks none of them again.
     fn close(&mut self) {
         if let Some(current) = &mut self.active {
             current.retire();
+            current.write_recovery_point(&self.log.dir);
         }
     }
 }
@@ -403,7 +441,9 @@ fn commit_group(
     // Each marked frame carries the log's marks after it: those durable, raised by the
     // marked frames before it in this group. They are published only once durable.
     let mut marks: Option<crate::source_marks::SourceMarks> = None;
+    let mut last_header_at = 0;
     for (frame, ack) in appends {
+        last_header_at = buf.len();
         let trailer = frame.source.as_ref().map(|delta| {
             let running = marks.get_or_insert_with(|| log.marks.read().clone());
             running.merge(delta);
@@ -449,6 +489,12 @@ fn commit_group(
     }
     active.size = position;
     active.next_offset = offset;
+    // The stored CRC sits in header bytes 4..8 (see `crate::segment`).
+    active.last_crc = u32::from_le_bytes(
+        buf[last_header_at + 4..last_header_at + 8]
+            .try_into()
+            .expect("a frame header is 48 bytes"),
+    );
     {
         let mut segments = log.segments.write();
         if let Some(seg) = segments.last_mut() {

@@ -15,6 +15,14 @@ use crate::common::*;
 /// Something done to a copy of the segment before reopening it.
 type Damage = Box<dyn Fn(&Path)>;
 
+/// The recovery point of the log whose segment is `segment`.
+fn recovery_point_beside(segment: &Path) -> std::path::PathBuf {
+    segment.parent().unwrap().join("recovery-point")
+}
+
+/// A crash leaves the recovery point behind the last frames (the writer refreshes it
+/// every few MiB): those frames are checked and a torn one is cut. A recovery point
+/// that lies past what the file holds is not trusted, and every frame is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
     let pristine = tempfile::tempdir().unwrap();
@@ -22,6 +30,9 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
     let files = segment_files(pristine.path());
     assert_eq!(files.len(), 1);
     let before_last = std::fs::metadata(&files[0]).unwrap().len();
+    // What a crash right after the last frame's commit would have left.
+    let lagging_point = std::fs::read(recovery_point_beside(&files[0]))
+        .expect("a clean close writes the recovery point");
     let store = open(pristine.path()).await;
     store
         .append(&events_name(), &events(12..15, |i| T0 + i))
@@ -38,11 +49,19 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         .to_path_buf();
 
     let mut cases: Vec<Damage> = Vec::new();
+    let lagging = move |seg: &Path| std::fs::write(recovery_point_beside(seg), &lagging_point);
     for cut in before_last..full {
-        cases.push(Box::new(move |seg: &Path| {
+        let cut_to = move |seg: &Path| {
             let f = std::fs::OpenOptions::new().write(true).open(seg).unwrap();
             f.set_len(cut).unwrap();
+        };
+        let lagging = lagging.clone();
+        cases.push(Box::new(move |seg: &Path| {
+            cut_to(seg);
+            lagging(seg).unwrap();
         }));
+        // The clean close's recovery point, at the end of a frame the cut removed.
+        cases.push(Box::new(cut_to));
     }
     // A complete last frame whose bytes were damaged is cut too.
     for at in [
@@ -51,10 +70,12 @@ async fn torn_tail_is_cut_at_every_byte_of_the_last_frame() {
         (before_last + full) / 2,
         full - 1,
     ] {
+        let lagging = lagging.clone();
         cases.push(Box::new(move |seg: &Path| {
             let mut bytes = std::fs::read(seg).unwrap();
             bytes[at as usize] ^= 0x40;
             std::fs::write(seg, bytes).unwrap();
+            lagging(seg).unwrap();
         }));
     }
     for (i, damage) in cases.iter().enumerate() {
@@ -327,4 +348,57 @@ async fn kill_9_loses_no_acknowledged_row() {
         acked.len() > 25,
         "the child acknowledged too little to prove anything"
     );
+}
+
+/// After a clean close the recovery point vouches for every frame, so opening reads no
+/// payload again: damage below it is not found, and not cut, at open, just as in a
+/// sealed segment. The frames were synced whole before the point was written, so such
+/// damage is the disk's, not a crash's; a read of the whole frame checks its CRC and
+/// fails.
+/// Without the recovery point, opening checks every frame of the active segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_below_the_recovery_point_are_not_read_again_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store_with_frames(dir.path(), 4).await;
+    let frames = hotgate_store::inspect_table(dir.path(), &events_name(), None).unwrap();
+    let hotgate_store::InspectedFrame::Rows {
+        segment,
+        position,
+        len,
+        ..
+    } = &frames[1]
+    else {
+        unreachable!("an intact frame")
+    };
+    let mut bytes = std::fs::read(segment).unwrap();
+    bytes[(*position + *len - 9) as usize] ^= 0x40;
+    std::fs::write(segment, &bytes).unwrap();
+
+    let store = open(dir.path()).await;
+    let r = store
+        .append(&events_name(), &events(100..101, |_| T0))
+        .await
+        .unwrap();
+    assert_eq!(r.parts[0].start_offset, 12, "nothing was cut at open");
+    let scan = store
+        .table(&events_name())
+        .unwrap()
+        .scan(&ScanRequest::default())
+        .unwrap();
+    let failed = scan
+        .filter_map(|b| b.err())
+        .next()
+        .expect("the damaged frame fails its read");
+    assert!(failed.to_string().contains("CRC"), "{failed}");
+    store.close().await;
+    drop(store);
+
+    std::fs::remove_file(recovery_point_beside(segment)).unwrap();
+    let store = open(dir.path()).await;
+    assert_eq!(
+        all_ids(&store),
+        (0..3).collect::<Vec<_>>(),
+        "without a recovery point the damaged frame is a torn tail: it and what follows are cut"
+    );
+    store.close().await;
 }
