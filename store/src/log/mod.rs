@@ -599,6 +599,12 @@ impl Log {
                 Err(e) => return Err(StoreError::io(&sidecar, e)),
             }
         }
+        if let Some(point) = RecoveryPoint::read(&self.dir)
+            && removed.iter().any(|s| s.base_offset == point.base)
+        {
+            // It names a segment that is gone: no file of a removed segment stays.
+            RecoveryPoint::remove(&self.dir);
+        }
         if !removed.is_empty() {
             sync_dir(&self.dir)?;
         }

@@ -85,6 +85,19 @@ impl RecoveryPoint {
         }
     }
 
+    /// Removes the recovery point in `dir`, if there is one. Failing leaves a point
+    /// that names a segment no longer there, which opening ignores.
+    pub(super) fn remove(dir: &Path) {
+        let path = path_in(dir);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot remove the recovery point: {e}")
+            }
+        }
+    }
+
     /// Replaces the recovery point in `dir`. Failing costs only the next open's time.
     pub(super) fn write(&self, dir: &Path) {
         let path = path_in(dir);
