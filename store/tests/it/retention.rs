@@ -87,6 +87,17 @@ async fn tiering_off_tables_expire_by_age_alone() {
         .append(&events_name(), &events(0..100, |i| T0 + i))
         .await
         .unwrap();
+    // A clean close leaves each log a recovery point in its active segment.
+    store.close().await;
+    drop(store);
+    let recovery_points = || {
+        hotgate_testkit::files::all_files(dir.path())
+            .into_iter()
+            .filter(|p| p.file_name().is_some_and(|n| n == "recovery-point"))
+            .count()
+    };
+    assert_eq!(recovery_points(), 2);
+    let store = open(dir.path()).await;
     let table = store.table(&events_name()).unwrap();
     let ends = table.end_offsets();
     let r = table
@@ -101,6 +112,11 @@ async fn tiering_off_tables_expire_by_age_alone() {
     assert!(all_ids(&store).is_empty());
     store.close().await;
     drop(store);
+    assert_eq!(
+        recovery_points(),
+        0,
+        "no file of a removed segment stays, its recovery point neither"
+    );
     // After a restart, offsets continue where they were.
     let store = open(dir.path()).await;
     let r = store
