@@ -933,12 +933,6 @@ const RECOVERY_THREADS: usize = 8;
 /// Recovers the logs `found` (id and directory) on up to [`RECOVERY_THREADS`] threads,
 /// in order; the first failure fails the table.
 fn recover_logs(found: Vec<(LogId, PathBuf)>) -> Result<Vec<RecoveredLog>> {
-    if found.len() <= 1 {
-        return found
-            .into_iter()
-            .map(|(id, dir)| Log::recover(id, dir, 0))
-            .collect();
-    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<parking_lot::Mutex<Option<Result<RecoveredLog>>>> = found
         .iter()

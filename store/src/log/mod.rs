@@ -337,7 +337,8 @@ impl Log {
                     writer,
                     path,
                     base,
-                    (entry.size, allocated),
+                    entry.size,
+                    allocated,
                     entry.end_offset(),
                     scanned.last_crc,
                 ));
@@ -599,7 +600,8 @@ impl Log {
                 Err(e) => return Err(StoreError::io(&sidecar, e)),
             }
         }
-        if let Some(point) = RecoveryPoint::read(&self.dir)
+        if !removed.is_empty()
+            && let Some(point) = RecoveryPoint::read(&self.dir)
             && removed.iter().any(|s| s.base_offset == point.base)
         {
             // It names a segment that is gone: no file of a removed segment stays.

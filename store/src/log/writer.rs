@@ -22,7 +22,7 @@ use super::{Clock, Log, LogOptions, SegmentEntry, open_segment_files};
 use crate::error::{Result, StoreError};
 use crate::fs::sync_dir;
 use crate::metrics::StoreMetrics;
-use crate::segment::{EncodedFrame, segment_path};
+use crate::segment::{EncodedFrame, FrameMeta, HEADER_LEN, segment_path};
 
 /// Groups smaller than this are latency-bound: preallocation follows them. Bigger
 /// groups are bandwidth-bound, and zeroing ahead would write their bytes twice.
@@ -98,7 +98,8 @@ impl ActiveSegment {
         file: File,
         path: PathBuf,
         base_offset: u64,
-        (size, len): (u64, u64),
+        size: u64,
+        len: u64,
         next_offset: u64,
         last_crc: u32,
     ) -> Self {
@@ -234,7 +235,7 @@ pub(super) fn create_segment(
     writer.sync_all().map_err(|e| StoreError::io(&path, e))?;
     sync_dir(dir)?;
     Ok((
-        ActiveSegment::new(writer, path.clone(), base_offset, (0, 0), base_offset, 0),
+        ActiveSegment::new(writer, path.clone(), base_offset, 0, 0, base_offset, 0),
         SegmentEntry::new(base_offset, path, reader),
     ))
 }
@@ -489,12 +490,10 @@ fn commit_group(
     }
     active.size = position;
     active.next_offset = offset;
-    // The stored CRC sits in header bytes 4..8 (see `crate::segment`).
-    active.last_crc = u32::from_le_bytes(
-        buf[last_header_at + 4..last_header_at + 8]
-            .try_into()
-            .expect("a frame header is 48 bytes"),
-    );
+    let last_header = buf[last_header_at..last_header_at + HEADER_LEN]
+        .try_into()
+        .expect("every frame starts with a whole header");
+    active.last_crc = FrameMeta::parse(0, last_header).1;
     {
         let mut segments = log.segments.write();
         if let Some(seg) = segments.last_mut() {
